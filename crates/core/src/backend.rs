@@ -1,0 +1,216 @@
+//! The trait every backend implements, and the argument bundles it takes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{DType, DecodeProblem, Error, KvLayout, Plan, Result};
+
+/// What the planner needs to know about a device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceProps {
+    pub name: String,
+    /// Multiprocessors (CUDA SMs, HIP CUs, CPU worker threads).
+    pub num_sms: u32,
+    /// CTAs of the decode kernel resident on one multiprocessor at a time.
+    pub ctas_per_sm: u32,
+    /// Streaming bandwidth the cost model assumes, GB/s.
+    pub mem_bandwidth_gbps: f64,
+    /// Cost of one more dependent launch (the split's reduce), microseconds.
+    pub launch_overhead_us: f64,
+}
+
+impl DeviceProps {
+    /// An H100/H200-class GPU: what `decode-attn plan` assumes when told only `--sms`.
+    pub fn gpu_like(num_sms: u32) -> Self {
+        DeviceProps {
+            name: format!("{num_sms}-SM GPU"),
+            num_sms,
+            ctas_per_sm: 2,
+            mem_bandwidth_gbps: 4500.0,
+            launch_overhead_us: 2.0,
+        }
+    }
+}
+
+/// Memory a backend owns: device memory for GPUs, host memory for the CPU.
+pub trait DeviceBuffer {
+    fn len_bytes(&self) -> usize;
+}
+
+/// Where each sequence's KV slots are, as device buffers of `i32`.
+pub enum KvIndexBuffers<'a, B> {
+    /// `[num_seqs, max_blocks_per_seq]` kernel block ids.
+    BlockTable { table: &'a B, max_blocks_per_seq: usize },
+    /// `kv_indptr: [num_seqs + 1]`, `kv_indices: [kv_indptr[num_seqs]]` slots.
+    TokenIndices { indptr: &'a B, indices: &'a B },
+}
+
+/// One decode call's buffers. Shapes (row-major, elements of the plan's dtypes):
+/// `q`, `out`: `[num_seqs, num_q_heads, head_dim]`; `k_cache`, `v_cache`:
+/// `[num_slots, num_kv_heads, head_dim]`; `seq_lens`: `[num_seqs]` of `i32`.
+pub struct DecodeArgs<'a, B> {
+    pub q: &'a B,
+    pub k_cache: &'a B,
+    pub v_cache: &'a B,
+    pub seq_lens: &'a B,
+    pub kv_index: KvIndexBuffers<'a, B>,
+    /// At least `plan.workspace_bytes`; may be empty when the plan does not split.
+    pub workspace: &'a mut B,
+    pub out: &'a mut B,
+    /// Defaults to `1 / sqrt(head_dim)`.
+    pub softmax_scale: Option<f32>,
+}
+
+/// Facts about the call derived from buffer sizes, checked once for every backend.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CheckedArgs {
+    pub num_slots: usize,
+    pub softmax_scale: f32,
+    /// Row stride of the block table, or the number of token indices.
+    pub index_len: usize,
+}
+
+impl<B: DeviceBuffer> DecodeArgs<'_, B> {
+    /// Checks every size the host can see against the plan.
+    ///
+    /// Contents in device memory (block ids, lengths) are checked by the CPU
+    /// backend in full and guarded against on the GPU (never read out of
+    /// bounds), since reading them back would cost a synchronisation.
+    pub fn check(&self, plan: &Plan) -> Result<CheckedArgs> {
+        let p = &plan.problem;
+        let n = p.num_seqs();
+        expect_len("q", self.q.len_bytes(), p.q_bytes())?;
+        expect_len("out", self.out.len_bytes(), p.out_bytes())?;
+        expect_len("seq_lens", self.seq_lens.len_bytes(), n * 4)?;
+        let slot_bytes = p.kv_bytes_per_token();
+        let kv = self.k_cache.len_bytes();
+        expect_len("v_cache", self.v_cache.len_bytes(), kv)?;
+        let (unit, what) = match p.layout {
+            KvLayout::BlockTable { kernel_block_size, .. } => (slot_bytes * kernel_block_size, "blocks"),
+            KvLayout::TokenIndices { .. } => (slot_bytes, "slots"),
+        };
+        if kv % unit != 0 {
+            return Err(Error::BufferNotWhole { name: "k_cache", actual: kv, unit, what });
+        }
+        let index_len = match (&self.kv_index, p.layout) {
+            (KvIndexBuffers::BlockTable { table, max_blocks_per_seq }, KvLayout::BlockTable { .. }) => {
+                expect_len("block_table", table.len_bytes(), n * max_blocks_per_seq * 4)?;
+                *max_blocks_per_seq
+            }
+            (KvIndexBuffers::TokenIndices { indptr, indices }, KvLayout::TokenIndices { .. }) => {
+                expect_len("kv_indptr", indptr.len_bytes(), (n + 1) * 4)?;
+                if indices.len_bytes() % 4 != 0 {
+                    return Err(Error::BufferNotWhole {
+                        name: "kv_indices",
+                        actual: indices.len_bytes(),
+                        unit: 4,
+                        what: "i32 entries",
+                    });
+                }
+                indices.len_bytes() / 4
+            }
+            (given, planned) => {
+                return Err(Error::PlanMismatch {
+                    planned: planned.to_string(),
+                    given: match given {
+                        KvIndexBuffers::BlockTable { .. } => "a block table".into(),
+                        KvIndexBuffers::TokenIndices { .. } => "token indices".into(),
+                    },
+                })
+            }
+        };
+        if (self.workspace.len_bytes() as u64) < plan.workspace_bytes {
+            return Err(Error::WorkspaceTooSmall {
+                needed: plan.workspace_bytes as usize,
+                actual: self.workspace.len_bytes(),
+            });
+        }
+        let softmax_scale = self.softmax_scale.unwrap_or_else(|| p.shape.default_scale());
+        if !(softmax_scale.is_finite() && softmax_scale > 0.0) {
+            return Err(Error::InvalidScale(softmax_scale));
+        }
+        Ok(CheckedArgs { num_slots: kv / slot_bytes, softmax_scale, index_len })
+    }
+}
+
+/// The two-way state merge: `out = merge((prefix, prefix_lse), (suffix, suffix_lse))`.
+///
+/// Outputs are normalised attention outputs `[num_tokens, num_heads, head_dim]`
+/// in `dtype`; LSEs are `f32 [num_tokens, num_heads]` in the **natural log**
+/// (as FlashAttention and vLLM's `merge_attn_states` use). A state whose LSE is
+/// `-inf` is empty and contributes nothing; two empty states give zeros.
+pub struct MergeArgs<'a, B> {
+    pub num_tokens: usize,
+    pub num_heads: usize,
+    pub head_dim: usize,
+    pub dtype: DType,
+    pub prefix: &'a B,
+    pub prefix_lse: &'a B,
+    pub suffix: &'a B,
+    pub suffix_lse: &'a B,
+    pub out: &'a mut B,
+    /// Optional merged LSE, `f32 [num_tokens, num_heads]`.
+    pub out_lse: Option<&'a mut B>,
+}
+
+impl<B: DeviceBuffer> MergeArgs<'_, B> {
+    pub fn check(&self) -> Result<()> {
+        let states = self.num_tokens * self.num_heads * self.head_dim * self.dtype.size_bytes();
+        let lses = self.num_tokens * self.num_heads * 4;
+        expect_len("prefix", self.prefix.len_bytes(), states)?;
+        expect_len("suffix", self.suffix.len_bytes(), states)?;
+        expect_len("out", self.out.len_bytes(), states)?;
+        expect_len("prefix_lse", self.prefix_lse.len_bytes(), lses)?;
+        expect_len("suffix_lse", self.suffix_lse.len_bytes(), lses)?;
+        if let Some(out_lse) = &self.out_lse {
+            expect_len("out_lse", out_lse.len_bytes(), lses)?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn expect_len(name: &'static str, actual: usize, expected: usize) -> Result<()> {
+    if actual == expected {
+        Ok(())
+    } else {
+        Err(Error::BufferSize { name, expected, actual })
+    }
+}
+
+/// Decode attention over a paged KV cache, on one device.
+///
+/// A backend owns its memory type; `upload`/`download` move bytes between it
+/// and the host. Calls may be asynchronous on GPUs: `synchronize` waits.
+pub trait DecodeAttention {
+    type Buffer: DeviceBuffer;
+
+    /// Short backend name: "cpu", "cuda", "hip".
+    fn name(&self) -> &'static str;
+
+    fn device_props(&self) -> &DeviceProps;
+
+    /// Which element-type combinations this backend runs; an error names why not.
+    fn supports(&self, problem: &DecodeProblem) -> Result<()>;
+
+    fn alloc(&self, bytes: usize) -> Result<Self::Buffer>;
+
+    /// Copies `src` into `dst`, which must be exactly as long.
+    fn upload(&self, dst: &mut Self::Buffer, src: &[u8]) -> Result<()>;
+
+    /// Copies `src` into `dst`, which must be exactly as long. Waits for pending work.
+    fn download(&self, src: &Self::Buffer, dst: &mut [u8]) -> Result<()>;
+
+    /// Runs one decode step as `plan` says. On an error nothing of the
+    /// caller's buffers has been written.
+    fn decode(&self, plan: &Plan, args: DecodeArgs<'_, Self::Buffer>) -> Result<()>;
+
+    /// The two-way attention-state merge (see [`MergeArgs`]).
+    fn merge_attn_states(&self, args: MergeArgs<'_, Self::Buffer>) -> Result<()>;
+
+    fn synchronize(&self) -> Result<()>;
+
+    /// Plans `problem` for this device.
+    fn plan(&self, problem: &DecodeProblem, policy: crate::Policy) -> Result<Plan> {
+        self.supports(problem)?;
+        crate::plan(problem, policy, self.device_props())
+    }
+}

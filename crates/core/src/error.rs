@@ -1,0 +1,78 @@
+//! The one error type of decode-attn. Every variant names the offending value.
+
+use crate::DType;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("unknown dtype {0:?} (expected f32, f16 or bf16)")]
+    UnknownDType(String),
+
+    #[error("num_q_heads ({num_q_heads}) must be a positive multiple of num_kv_heads ({num_kv_heads})")]
+    InvalidHeads { num_q_heads: usize, num_kv_heads: usize },
+
+    #[error("head_dim {head_dim} is not supported (supported: {supported:?})")]
+    UnsupportedHeadDim { head_dim: usize, supported: &'static [usize] },
+
+    #[error("kernel block size {kernel_block_size} must be a positive multiple of 16")]
+    InvalidKernelBlockSize { kernel_block_size: usize },
+
+    #[error("kernel block size {kernel_block_size} does not divide the allocator block size {allocator_block_size}")]
+    BlockSizeMismatch { kernel_block_size: usize, allocator_block_size: usize },
+
+    #[error("page size {page_size} must be at least 1")]
+    InvalidPageSize { page_size: usize },
+
+    #[error("{name}: expected {expected} bytes, got {actual}")]
+    BufferSize { name: &'static str, expected: usize, actual: usize },
+
+    #[error("{name}: {actual} bytes is not a whole number of {unit}-byte {what}")]
+    BufferNotWhole { name: &'static str, actual: usize, unit: usize, what: &'static str },
+
+    #[error("workspace too small: the plan needs {needed} bytes, got {actual}")]
+    WorkspaceTooSmall { needed: usize, actual: usize },
+
+    #[error("sequence {seq}: length {seq_len} is negative")]
+    NegativeSeqLen { seq: usize, seq_len: i64 },
+
+    #[error("sequence {seq}: length {seq_len} exceeds the {capacity} tokens its block-table row can address")]
+    SeqTooLong { seq: usize, seq_len: usize, capacity: usize },
+
+    #[error("sequence {seq}: block-table entry {index} is {block}, outside the {num_blocks} blocks of the KV cache")]
+    BlockIdOutOfRange { seq: usize, index: usize, block: i64, num_blocks: usize },
+
+    #[error("sequence {seq}: token {position} maps to slot {slot}, outside the {num_slots} slots of the KV cache")]
+    SlotOutOfRange { seq: usize, position: usize, slot: i64, num_slots: usize },
+
+    #[error("kv_indptr is not a valid prefix sum at sequence {seq}: [{start}, {end}) with {num_indices} indices")]
+    InvalidIndptr { seq: usize, start: i64, end: i64, num_indices: usize },
+
+    #[error("sequence {seq}: kv_indptr gives {indexed} tokens but seq_lens says {seq_len}")]
+    IndptrLengthMismatch { seq: usize, indexed: usize, seq_len: usize },
+
+    #[error("unknown policy {0:?} (expected auto, vllm, sglang, fixed:N or deterministic:TILE)")]
+    UnknownPolicy(String),
+
+    #[error("invalid policy {policy:?}: {why}")]
+    InvalidPolicy { policy: String, why: &'static str },
+
+    #[error("the device reports {num_sms} multiprocessors; need at least 1")]
+    InvalidDevice { num_sms: u32 },
+
+    #[error("softmax scale {0} is not a finite positive number")]
+    InvalidScale(f32),
+
+    #[error("{backend} does not support q={q}, kv={kv}, out={out}: {why}")]
+    UnsupportedDTypes { backend: &'static str, q: DType, kv: DType, out: DType, why: &'static str },
+
+    #[error("the plan was made for {planned} but the call is for {given}")]
+    PlanMismatch { planned: String, given: String },
+
+    #[error("{backend} backend is not available: {reason}")]
+    Unavailable { backend: &'static str, reason: String },
+
+    #[error("{backend}: {message}")]
+    Device { backend: &'static str, message: String },
+}

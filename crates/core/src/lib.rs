@@ -1,0 +1,32 @@
+//! decode-attn-core: everything about decode attention that is not a kernel.
+//!
+//! * [`shape`] and [`dtype`]: the problem (heads, head dim, element types).
+//! * [`layout`]: how the paged KV cache is indexed (block table or per-token
+//!   indices) and [`layout::map_to_kernel_blocks`].
+//! * [`plan`]: the pure, host-side planner that turns a problem into a
+//!   [`Plan`] (grid, split counts, scratch sizes, and the reason).
+//! * [`backend`]: the [`DecodeAttention`] trait every backend implements.
+//! * [`merge`]: the two-way attention-state merge, on the host.
+//!
+//! Data flows one way: problem -> [`plan::plan`] -> [`Plan`] ->
+//! [`DecodeAttention::decode`]. Nothing here touches a device.
+
+pub mod backend;
+pub mod dtype;
+pub mod error;
+pub mod layout;
+pub mod merge;
+pub mod plan;
+pub mod shape;
+
+pub use backend::{CheckedArgs, DecodeArgs, DecodeAttention, DeviceBuffer, DeviceProps, KvIndexBuffers, MergeArgs};
+pub use dtype::DType;
+pub use error::{Error, Result};
+pub use layout::{map_to_kernel_blocks, KvLayout};
+pub use plan::{plan, KernelKind, Plan, Policy, PolicyDetail, SeqSplit, SplitRule};
+pub use shape::{AttentionShape, DTypes, DecodeProblem};
+
+/// Tokens per split-granularity tile. Split boundaries always fall on a
+/// multiple of this many tokens, on every backend, so that the CPU and GPU
+/// executions of one plan cut the sequence in the same places.
+pub const TILE_TOKENS: u32 = 16;

@@ -1,0 +1,533 @@
+//! The planner: pure host code that decides how one decode call is cut up.
+//!
+//! Every backend executes a plan the same way. The grid is
+//! `(num_seqs, num_kv_heads, num_splits)`: one CTA (or CPU task) per sequence,
+//! KV head and split, serving the whole query-head group of that KV head (GQA
+//! packing, so each KV byte is read once). A sequence of `s` tokens has
+//! `tiles = ceil(s / 16)` tiles, and the [`SplitRule`] gives it
+//!
+//! ```text
+//! tiles_per_split = max(min_tiles_per_split, ceil(tiles / num_splits))
+//! active_splits   = ceil(tiles / tiles_per_split)        (0 when s = 0)
+//! ```
+//!
+//! Split `j` covers tokens `[j * tiles_per_split * 16, (j + 1) * tiles_per_split * 16)`;
+//! CTAs with `j >= active_splits` exit at once. The rule reads only the
+//! sequence's own length, which the kernels read from device memory, so a
+//! captured CUDA graph replays correctly when lengths change: the grid is
+//! fixed, the counts are computed on the device, and the reducer reads exactly
+//! the partial rows that the producers of that replay wrote.
+//!
+//! Policies choose `num_splits` and `min_tiles_per_split`:
+//! `vllm`, `sglang`, `fixed:N`, `deterministic:TILE` and `auto` (ours).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+use crate::{DecodeProblem, DeviceProps, Error, Result, TILE_TOKENS};
+
+/// The largest split count any policy may ask for.
+pub const MAX_SPLITS: u32 = 1024;
+
+fn cdiv(a: u64, b: u64) -> u64 {
+    a.div_ceil(b)
+}
+
+/// How many splits, chosen how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "name", rename_all = "snake_case")]
+pub enum Policy {
+    /// Ours: per sequence, from the SM count, the unsplit grid, each length and
+    /// a cost model of partial-state traffic against idle multiprocessors.
+    Auto,
+    /// vLLM 0.33 `unified_attention`: 16 segments of 16-token tiles iff every
+    /// sequence is a one-token decode, `num_seqs <= 128 / num_kv_heads` and
+    /// batch invariance is off.
+    Vllm { batch_invariant: bool },
+    /// SGLang 0.5.23's on-device heuristic (`get_num_kv_splits`), capped at `max_kv_splits`.
+    Sglang { max_kv_splits: u32 },
+    /// Exactly this many splits for every sequence long enough to have them.
+    Fixed { splits: u32 },
+    /// Splits of `tile_tokens` tokens: a sequence's result is a function of its
+    /// own data alone, whoever else is in the batch.
+    Deterministic { tile_tokens: u32 },
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy::Auto
+    }
+}
+
+impl FromStr for Policy {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self> {
+        let (name, arg) = match text.split_once(':') {
+            Some((name, arg)) => (name, Some(arg)),
+            None => (text, None),
+        };
+        let number = |why: &'static str| -> Result<u32> {
+            let arg = arg.ok_or(Error::InvalidPolicy { policy: text.to_string(), why })?;
+            arg.parse::<u32>().map_err(|_| Error::InvalidPolicy { policy: text.to_string(), why })
+        };
+        let policy = match name {
+            "auto" if arg.is_none() => Policy::Auto,
+            "vllm" => match arg {
+                None => Policy::Vllm { batch_invariant: false },
+                Some("batch-invariant") => Policy::Vllm { batch_invariant: true },
+                Some(_) => {
+                    return Err(Error::InvalidPolicy {
+                        policy: text.into(),
+                        why: "the only vllm option is vllm:batch-invariant",
+                    })
+                }
+            },
+            "sglang" => Policy::Sglang {
+                max_kv_splits: if arg.is_some() { number("sglang:N needs a split cap N >= 1")? } else { 8 },
+            },
+            "fixed" => Policy::Fixed { splits: number("fixed:N needs a split count N >= 1")? },
+            "deterministic" => Policy::Deterministic { tile_tokens: number("deterministic:TILE needs a token count")? },
+            _ => return Err(Error::UnknownPolicy(text.to_string())),
+        };
+        policy.validate(text)?;
+        Ok(policy)
+    }
+}
+
+impl Policy {
+    fn validate(&self, text: &str) -> Result<()> {
+        let bad = |why| Err(Error::InvalidPolicy { policy: text.to_string(), why });
+        match *self {
+            Policy::Sglang { max_kv_splits } if max_kv_splits == 0 || max_kv_splits > MAX_SPLITS => {
+                bad("the split cap must be between 1 and 1024")
+            }
+            Policy::Fixed { splits } if splits == 0 || splits > MAX_SPLITS => {
+                bad("the split count must be between 1 and 1024")
+            }
+            Policy::Deterministic { tile_tokens } if tile_tokens == 0 || tile_tokens % TILE_TOKENS != 0 => {
+                bad("the split length must be a positive multiple of 16 tokens")
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Policy::Auto => f.write_str("auto"),
+            Policy::Vllm { batch_invariant: false } => f.write_str("vllm"),
+            Policy::Vllm { batch_invariant: true } => f.write_str("vllm:batch-invariant"),
+            Policy::Sglang { max_kv_splits } => write!(f, "sglang:{max_kv_splits}"),
+            Policy::Fixed { splits } => write!(f, "fixed:{splits}"),
+            Policy::Deterministic { tile_tokens } => write!(f, "deterministic:{tile_tokens}"),
+        }
+    }
+}
+
+/// The per-sequence split rule every backend evaluates (the GPU on the device).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitRule {
+    /// The grid's split dimension: no sequence gets more.
+    pub num_splits: u32,
+    /// No split gets fewer tiles than this (except a sequence's last).
+    pub min_tiles_per_split: u32,
+}
+
+impl SplitRule {
+    pub fn split(&self, seq_len: u32) -> SeqSplit {
+        let tiles = cdiv(seq_len as u64, TILE_TOKENS as u64) as u32;
+        let tiles_per_split = self.min_tiles_per_split.max(1).max(cdiv(tiles as u64, self.num_splits as u64) as u32);
+        let active_splits = cdiv(tiles as u64, tiles_per_split as u64) as u32;
+        SeqSplit { seq_len, tiles, tiles_per_split, active_splits }
+    }
+}
+
+/// How one sequence is cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeqSplit {
+    pub seq_len: u32,
+    pub tiles: u32,
+    pub tiles_per_split: u32,
+    pub active_splits: u32,
+}
+
+impl SeqSplit {
+    /// Token range `[start, end)` of split `j` (empty for surplus splits).
+    pub fn token_range(&self, split: u32) -> (u32, u32) {
+        let per = self.tiles_per_split * TILE_TOKENS;
+        let start = (split * per).min(self.seq_len);
+        let end = ((split + 1) * per).min(self.seq_len);
+        (start, end)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelKind {
+    /// One CTA per (sequence, KV head) writes the output directly.
+    Unsplit,
+    /// Split-K: partial outputs with their max and sum, then a reduce.
+    Split,
+}
+
+/// What the chosen policy computed, in its own terms, so that `plan` can show
+/// the peer's arithmetic beside ours.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "policy", rename_all = "snake_case")]
+pub enum PolicyDetail {
+    Vllm {
+        block_m: u32,
+        block_q: u32,
+        num_q_blocks: u32,
+        num_segments: u32,
+        /// vLLM's own launch grid: `(q blocks, kv heads, segments)` or `(q blocks, kv heads)`.
+        vllm_grid: Vec<u32>,
+        split: bool,
+    },
+    Sglang {
+        max_kv_splits: u32,
+        ext_device_core_count: u32,
+        token_grid: u32,
+        kv_chunk_size_1: u32,
+        kv_chunk_size_2: u32,
+        num_kv_splits: Vec<u32>,
+    },
+    Fixed {
+        splits: u32,
+    },
+    Deterministic {
+        tile_tokens: u32,
+    },
+    Auto {
+        /// Estimated microseconds of the chosen split count and of the unsplit grid.
+        estimated_us: f64,
+        estimated_unsplit_us: f64,
+    },
+}
+
+/// Everything a backend needs to launch, and everything a person needs to see why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub problem: DecodeProblem,
+    pub policy: Policy,
+    pub num_sms: u32,
+    pub kernel: KernelKind,
+    pub use_split: bool,
+    pub rule: SplitRule,
+    /// `(num_seqs, num_kv_heads, num_splits)`.
+    pub grid: [u32; 3],
+    /// CTAs launched: the product of `grid`.
+    pub blocks: u64,
+    /// The grid's split dimension (the most any sequence gets).
+    pub num_splits: u32,
+    /// For the longest sequence.
+    pub tiles_per_split: u32,
+    /// For the longest sequence.
+    pub active_splits: u32,
+    /// CTAs of the unsplit grid: `num_seqs * num_kv_heads` (G_2D).
+    pub unsplit_blocks: u64,
+    /// S* = ceil(num_sms / G_2D): the split count that first fills the machine.
+    pub first_wave_splits: u32,
+    pub per_seq: Vec<SeqSplit>,
+    /// Scratch reserved per (token, query head): `num_splits * (head_dim + 2) * 4`.
+    pub partial_bytes_per_token_head: u64,
+    /// Scratch of the whole batch: `num_seqs * num_q_heads * partial_bytes_per_token_head`.
+    pub partial_bytes: u64,
+    /// Partial state actually written and read back by this batch (active splits only).
+    pub partial_traffic_bytes: u64,
+    /// Bytes of workspace the caller must pass to `decode` (0 when unsplit).
+    pub workspace_bytes: u64,
+    /// K and V bytes read: `2 * sum(s) * num_kv_heads * head_dim * b`.
+    pub kv_bytes: u64,
+    pub detail: PolicyDetail,
+    pub reason: String,
+}
+
+/// Plans `problem` under `policy` for a device with `device`'s properties.
+pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Result<Plan> {
+    problem.validate()?;
+    policy.validate(&policy.to_string())?;
+    if device.num_sms == 0 {
+        return Err(Error::InvalidDevice { num_sms: device.num_sms });
+    }
+    let shape = problem.shape;
+    let num_seqs = problem.num_seqs() as u64;
+    let num_kv_heads = shape.num_kv_heads as u64;
+    let unsplit_blocks = num_seqs * num_kv_heads;
+    let first_wave_splits = cdiv(device.num_sms as u64, unsplit_blocks.max(1)) as u32;
+    let max_seq_len = problem.max_seq_len();
+    let max_tiles = cdiv(max_seq_len as u64, TILE_TOKENS as u64) as u32;
+
+    let (rule, detail, reason) = match policy {
+        Policy::Vllm { batch_invariant } => vllm(problem, batch_invariant),
+        Policy::Sglang { max_kv_splits } => sglang(problem, max_kv_splits, device.num_sms),
+        Policy::Fixed { splits } => (
+            SplitRule { num_splits: splits, min_tiles_per_split: 1 },
+            PolicyDetail::Fixed { splits },
+            format!("fixed: {splits} splits of ceil(tiles / {splits}) tiles for every sequence"),
+        ),
+        Policy::Deterministic { tile_tokens } => {
+            let per = tile_tokens / TILE_TOKENS;
+            let splits = cdiv(max_tiles as u64, per as u64).clamp(1, MAX_SPLITS as u64) as u32;
+            (
+                SplitRule { num_splits: splits, min_tiles_per_split: per },
+                PolicyDetail::Deterministic { tile_tokens },
+                format!(
+                    "deterministic: splits of {tile_tokens} tokens, so each sequence is cut by its own length \
+                     alone; the longest ({max_seq_len} tokens) needs {splits}"
+                ),
+            )
+        }
+        Policy::Auto => auto(problem, device, first_wave_splits),
+    };
+    let rule = SplitRule { num_splits: rule.num_splits.clamp(1, MAX_SPLITS), ..rule };
+
+    let per_seq: Vec<SeqSplit> = problem.seq_lens.iter().map(|&s| rule.split(s)).collect();
+    let longest = rule.split(max_seq_len);
+    let use_split = rule.num_splits > 1;
+    let record = (shape.head_dim as u64 + 2) * 4;
+    let partial_bytes_per_token_head = rule.num_splits as u64 * record;
+    let partial_bytes = num_seqs * shape.num_q_heads as u64 * partial_bytes_per_token_head;
+    let partial_traffic_bytes = if use_split {
+        2 * per_seq.iter().map(|p| p.active_splits as u64).sum::<u64>() * shape.num_q_heads as u64 * record
+    } else {
+        0
+    };
+    let grid = [num_seqs as u32, shape.num_kv_heads as u32, rule.num_splits];
+    Ok(Plan {
+        problem: problem.clone(),
+        policy,
+        num_sms: device.num_sms,
+        kernel: if use_split { KernelKind::Split } else { KernelKind::Unsplit },
+        use_split,
+        rule,
+        grid,
+        blocks: grid.iter().map(|&g| g as u64).product(),
+        num_splits: rule.num_splits,
+        tiles_per_split: longest.tiles_per_split,
+        active_splits: longest.active_splits,
+        unsplit_blocks,
+        first_wave_splits,
+        per_seq,
+        partial_bytes_per_token_head,
+        partial_bytes,
+        partial_traffic_bytes,
+        workspace_bytes: if use_split { partial_bytes } else { 0 },
+        kv_bytes: problem.kv_bytes(),
+        detail,
+        reason,
+    })
+}
+
+fn vllm(problem: &DecodeProblem, batch_invariant: bool) -> (SplitRule, PolicyDetail, String) {
+    const NUM_SEGMENTS: u32 = 16;
+    let group = problem.shape.group_size() as u32;
+    let num_seqs = problem.num_seqs() as u32;
+    let num_kv_heads = problem.shape.num_kv_heads as u32;
+    let block_m = if group <= 16 { 16 } else { group.next_power_of_two() };
+    let block_q = block_m / group;
+    // One query token per sequence: q blocks = tokens / BLOCK_Q + num_seqs.
+    let num_q_blocks = num_seqs / block_q + num_seqs;
+    let seq_threshold = 128 / num_kv_heads;
+    let split = !batch_invariant && num_seqs <= seq_threshold;
+    let reason = if split {
+        format!(
+            "vllm: split into {NUM_SEGMENTS} segments because num_seqs {num_seqs} <= 128 / num_kv_heads = \
+             {seq_threshold}; each segment takes ceil(s / ({NUM_SEGMENTS} * 16)) tiles of 16"
+        )
+    } else if batch_invariant {
+        "vllm: no split because batch invariance is on".to_string()
+    } else {
+        format!("vllm: no split because num_seqs {num_seqs} > 128 / num_kv_heads = {seq_threshold}")
+    };
+    let vllm_grid =
+        if split { vec![num_q_blocks, num_kv_heads, NUM_SEGMENTS] } else { vec![num_q_blocks, num_kv_heads] };
+    (
+        SplitRule { num_splits: if split { NUM_SEGMENTS } else { 1 }, min_tiles_per_split: 1 },
+        PolicyDetail::Vllm { block_m, block_q, num_q_blocks, num_segments: NUM_SEGMENTS, vllm_grid, split },
+        reason,
+    )
+}
+
+/// SGLang's `get_num_kv_splits`, evaluated on the host.
+fn sglang(problem: &DecodeProblem, max_kv_splits: u32, num_sms: u32) -> (SplitRule, PolicyDetail, String) {
+    let lens: Vec<u64> = problem.seq_lens.iter().map(|&s| s as u64).collect();
+    let max_len = lens.iter().copied().max().unwrap_or(0).max(1);
+    let mut min_len = lens.iter().copied().min().unwrap_or(0).max(1);
+    if max_len * 8 < min_len * 10 {
+        min_len = max_len;
+    }
+    let max_kv_splits_1 = cdiv(max_len, min_len).min(max_kv_splits as u64);
+    let kv_chunk_size_1 = cdiv(max_len, max_kv_splits_1);
+    let ext_seq_len = max_len as f32 / 64.0;
+    let ext_device_core_count = (num_sms as f32 * ext_seq_len.log2().max(1.0)) as u64;
+    let group = problem.shape.group_size() as u64;
+    let num_seqs = problem.num_seqs() as u64;
+    let num_heads = problem.shape.num_q_heads as u64;
+    let token_grid = if group == 1 { num_seqs * num_heads } else { num_seqs * cdiv(num_heads, group.min(16)) };
+    let max_kv_splits_2 = cdiv(ext_device_core_count, token_grid.max(1)).min(max_kv_splits as u64);
+    let kv_chunk_size_2 = cdiv(max_len, max_kv_splits_2);
+    let num_kv_splits: Vec<u32> =
+        lens.iter().map(|&s| cdiv(s, kv_chunk_size_1).max(cdiv(s, kv_chunk_size_2)) as u32).collect();
+    let chunk = kv_chunk_size_1.min(kv_chunk_size_2);
+    let most = num_kv_splits.iter().copied().max().unwrap_or(1).max(1);
+    let reason = format!(
+        "sglang: ext core count {ext_device_core_count} = {num_sms} SMs * max(log2({max_len} / 64), 1); token grid \
+         {token_grid}; splits = min(ceil({ext_device_core_count} / {token_grid}), {max_kv_splits}) for the longest \
+         sequence, chunks of {chunk} tokens"
+    );
+    (
+        SplitRule { num_splits: most, min_tiles_per_split: cdiv(chunk, TILE_TOKENS as u64) as u32 },
+        PolicyDetail::Sglang {
+            max_kv_splits,
+            ext_device_core_count: ext_device_core_count as u32,
+            token_grid: token_grid as u32,
+            kv_chunk_size_1: kv_chunk_size_1 as u32,
+            kv_chunk_size_2: kv_chunk_size_2 as u32,
+            num_kv_splits,
+        },
+        reason,
+    )
+}
+
+/// Estimated microseconds of one decode call under `rule`.
+///
+/// The call is bound by bytes: KV plus the partial state written and read
+/// back, at the device's streaming bandwidth. It is also bound by its longest
+/// CTA: one CTA streams at about its multiprocessor's share of bandwidth, so a
+/// grid that leaves SMs idle finishes when its fattest CTA does. A split pays
+/// one more dependent launch (the reduce).
+fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -> f64 {
+    let shape = problem.shape;
+    let bytes_per_token_per_head = 2.0 * (shape.head_dim * problem.dtypes.kv.size_bytes()) as f64;
+    let bandwidth = device.mem_bandwidth_gbps * 1e3; // bytes per microsecond
+    let cta_bandwidth = bandwidth / device.num_sms as f64;
+    let mut ctas = 0u64;
+    let mut fattest_tiles = 0u32;
+    let mut partial_records = 0u64;
+    for &s in &problem.seq_lens {
+        let split = rule.split(s);
+        ctas += split.active_splits as u64 * shape.num_kv_heads as u64;
+        fattest_tiles = fattest_tiles.max(split.tiles_per_split.min(split.tiles));
+        if rule.num_splits > 1 {
+            partial_records += split.active_splits as u64 * shape.num_q_heads as u64;
+        }
+    }
+    let resident = device.num_sms as u64 * device.ctas_per_sm.max(1) as u64;
+    let waves = cdiv(ctas.max(1), resident) as f64;
+    let partial_bytes = 2.0 * partial_records as f64 * (shape.head_dim as f64 + 2.0) * 4.0;
+    let stream_us = (problem.kv_bytes() as f64 + partial_bytes) / bandwidth;
+    let cta_us = waves * (fattest_tiles * TILE_TOKENS) as f64 * bytes_per_token_per_head / cta_bandwidth;
+    let reduce_us = if rule.num_splits > 1 { device.launch_overhead_us } else { 0.0 };
+    stream_us.max(cta_us) + reduce_us
+}
+
+fn auto(problem: &DecodeProblem, device: &DeviceProps, first_wave_splits: u32) -> (SplitRule, PolicyDetail, String) {
+    let max_tiles = cdiv(problem.max_seq_len() as u64, TILE_TOKENS as u64) as u32;
+    let unsplit = SplitRule { num_splits: 1, min_tiles_per_split: 1 };
+    let unsplit_us = estimate_us(problem, device, unsplit);
+    let mut best = (unsplit, unsplit_us);
+    // Candidates up to a few waves past S*; the estimate is cheap.
+    let cap = max_tiles.min(MAX_SPLITS).min(first_wave_splits.saturating_mul(4 * device.ctas_per_sm.max(1)));
+    for num_splits in 2..=cap {
+        let rule = SplitRule { num_splits, min_tiles_per_split: 1 };
+        let us = estimate_us(problem, device, rule);
+        // Only a clear win (1%) justifies more partial state.
+        if us < best.1 * 0.99 {
+            best = (rule, us);
+        }
+    }
+    let (rule, us) = best;
+    let reason = if rule.num_splits == 1 {
+        format!(
+            "auto: no split; the unsplit grid of {} CTAs ({} per multiprocessor) already keeps {} multiprocessors \
+             streaming (estimated {unsplit_us:.1} us)",
+            problem.num_seqs() * problem.shape.num_kv_heads,
+            device.ctas_per_sm,
+            device.num_sms
+        )
+    } else {
+        format!(
+            "auto: up to {} splits per sequence (S* = {first_wave_splits} first fills {} multiprocessors); estimated \
+             {us:.1} us against {unsplit_us:.1} us unsplit, partial state included",
+            rule.num_splits, device.num_sms
+        )
+    };
+    (rule, PolicyDetail::Auto { estimated_us: us, estimated_unsplit_us: unsplit_us }, reason)
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = &self.problem;
+        writeln!(f, "problem     {p}")?;
+        writeln!(f, "policy      {} on {} multiprocessors", self.policy, self.num_sms)?;
+        writeln!(f, "kernel      {:?}", self.kernel)?;
+        writeln!(
+            f,
+            "grid        ({}, {}, {}) = {} CTAs; unsplit grid G_2D = {} CTAs; S* = ceil({} / {}) = {}",
+            self.grid[0],
+            self.grid[1],
+            self.grid[2],
+            self.blocks,
+            self.unsplit_blocks,
+            self.num_sms,
+            self.unsplit_blocks,
+            self.first_wave_splits
+        )?;
+        let longest = p.max_seq_len();
+        writeln!(
+            f,
+            "longest     s = {longest}: {} tiles of 16, {} tiles per split, {} active splits of {}",
+            longest.div_ceil(TILE_TOKENS),
+            self.tiles_per_split,
+            self.active_splits,
+            self.num_splits
+        )?;
+        if let Some(last) = self.active_splits.checked_sub(1) {
+            let split = self.rule.split(longest);
+            let (a, b) = split.token_range(0);
+            let (c, d) = split.token_range(last);
+            writeln!(f, "            split 0 covers keys {a}-{}, split {last} keys {c}-{}", b - 1, d - 1)?;
+        }
+        writeln!(
+            f,
+            "partial     {} splits * (d {} + 2) * 4 B = {} B per (token, head); {} B for {} heads of {} sequences",
+            self.num_splits,
+            p.shape.head_dim,
+            self.partial_bytes_per_token_head,
+            self.partial_bytes,
+            p.shape.num_q_heads,
+            p.num_seqs()
+        )?;
+        writeln!(
+            f,
+            "kv          2 * {} tokens * {} kv heads * d {} * {} B = {} B",
+            p.seq_lens.iter().map(|&s| s as u64).sum::<u64>(),
+            p.shape.num_kv_heads,
+            p.shape.head_dim,
+            p.dtypes.kv.size_bytes(),
+            self.kv_bytes
+        )?;
+        match &self.detail {
+            PolicyDetail::Vllm { block_m, block_q, num_q_blocks, vllm_grid, .. } => writeln!(
+                f,
+                "vllm        BLOCK_M {block_m}, BLOCK_Q {block_q}, q blocks {num_q_blocks}, vLLM's grid {vllm_grid:?}"
+            )?,
+            PolicyDetail::Sglang { ext_device_core_count, token_grid, kv_chunk_size_1, kv_chunk_size_2, .. } => {
+                writeln!(
+                    f,
+                    "sglang      ext core count {ext_device_core_count}, token grid {token_grid}, chunk sizes \
+                     {kv_chunk_size_1} / {kv_chunk_size_2}"
+                )?
+            }
+            _ => {}
+        }
+        write!(f, "reason      {}", self.reason)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,215 @@
+//! The arithmetic the planner must reproduce, number by number.
+
+use super::*;
+use crate::{AttentionShape, DType, DTypes, KvLayout};
+
+fn problem(heads: usize, kv_heads: usize, seq_lens: Vec<u32>) -> DecodeProblem {
+    DecodeProblem::new(
+        AttentionShape::new(heads, kv_heads, 128).unwrap(),
+        DTypes::uniform(DType::Bf16),
+        KvLayout::block_table(16),
+        seq_lens,
+    )
+    .unwrap()
+}
+
+fn h200() -> DeviceProps {
+    DeviceProps::gpu_like(132)
+}
+
+fn llama3_8b(batch: usize, seq_len: u32) -> DecodeProblem {
+    problem(32, 8, vec![seq_len; batch])
+}
+
+#[test]
+fn vllm_llama3_8b_batch_1() {
+    let plan = plan(&llama3_8b(1, 2560), "vllm".parse().unwrap(), &h200()).unwrap();
+    let PolicyDetail::Vllm { block_m, block_q, num_q_blocks, ref vllm_grid, split, .. } = plan.detail else {
+        panic!("not a vllm detail: {:?}", plan.detail)
+    };
+    assert_eq!((block_m, block_q, num_q_blocks, split), (16, 4, 1, true));
+    assert_eq!(vllm_grid, &[1, 8, 16]);
+    assert_eq!(plan.grid, [1, 8, 16]);
+    assert_eq!(plan.blocks, 128);
+    assert!(plan.use_split);
+    assert_eq!(plan.tiles_per_split, 10);
+    assert_eq!(plan.active_splits, 16);
+    let split = plan.per_seq[0];
+    assert_eq!(split.token_range(0), (0, 160));
+    assert_eq!(split.token_range(15), (2400, 2560));
+    assert_eq!(plan.partial_bytes_per_token_head, 8_320);
+    assert_eq!(plan.partial_bytes, 266_240);
+    assert_eq!(plan.kv_bytes, 10_485_760);
+    assert!(plan.reason.contains("16"), "{}", plan.reason);
+}
+
+#[test]
+fn vllm_llama3_8b_batch_32_does_not_split() {
+    let plan = plan(&llama3_8b(32, 2560), "vllm".parse().unwrap(), &h200()).unwrap();
+    let PolicyDetail::Vllm { ref vllm_grid, split, .. } = plan.detail else { panic!() };
+    assert!(!split);
+    assert_eq!(vllm_grid, &[40, 8]);
+    assert!(!plan.use_split);
+    assert_eq!(plan.kernel, KernelKind::Unsplit);
+    assert_eq!(plan.grid, [32, 8, 1]);
+    assert_eq!(plan.workspace_bytes, 0);
+}
+
+#[test]
+fn vllm_batch_invariance_turns_the_split_off() {
+    let plan = plan(&llama3_8b(1, 2560), "vllm:batch-invariant".parse().unwrap(), &h200()).unwrap();
+    assert!(!plan.use_split);
+}
+
+#[test]
+fn vllm_short_sequence_leaves_half_the_segments_idle() {
+    let plan = plan(&llama3_8b(1, 128), "vllm".parse().unwrap(), &h200()).unwrap();
+    assert_eq!(plan.num_splits, 16);
+    assert_eq!(plan.tiles_per_split, 1);
+    assert_eq!(plan.active_splits, 8);
+}
+
+#[test]
+fn vllm_llama3_70b_tp8_gives_16_ctas() {
+    let plan = plan(&problem(8, 1, vec![2560]), "vllm".parse().unwrap(), &h200()).unwrap();
+    assert_eq!(plan.unsplit_blocks, 1);
+    assert_eq!(plan.first_wave_splits, 132);
+    assert_eq!(plan.blocks, 16);
+}
+
+#[test]
+fn sglang_llama3_8b_batch_1() {
+    let plan = plan(&llama3_8b(1, 2560), "sglang".parse().unwrap(), &h200()).unwrap();
+    let PolicyDetail::Sglang { ext_device_core_count, token_grid, ref num_kv_splits, max_kv_splits, .. } = plan.detail
+    else {
+        panic!()
+    };
+    assert_eq!(max_kv_splits, 8);
+    assert_eq!(ext_device_core_count, 702);
+    assert_eq!(token_grid, 8);
+    assert_eq!(num_kv_splits, &[8]);
+    assert_eq!(plan.active_splits, 8);
+    assert_eq!(plan.num_splits, 8);
+}
+
+#[test]
+fn sglang_counts_per_sequence() {
+    // A short sequence in a batch with a long one gets fewer splits.
+    let plan = plan(&problem(32, 8, vec![2560, 1000]), "sglang".parse().unwrap(), &h200()).unwrap();
+    let PolicyDetail::Sglang { ref num_kv_splits, .. } = plan.detail else { panic!() };
+    let ours: Vec<u32> = plan.per_seq.iter().map(|s| s.active_splits).collect();
+    assert_eq!(&ours, num_kv_splits);
+}
+
+#[test]
+fn first_wave_splits() {
+    assert_eq!(plan(&llama3_8b(1, 2560), Policy::Auto, &h200()).unwrap().first_wave_splits, 17);
+    let p70 = plan(&problem(8, 1, vec![2560]), Policy::Auto, &h200()).unwrap();
+    assert_eq!(p70.unsplit_blocks, 1);
+    assert_eq!(p70.first_wave_splits, 132);
+}
+
+#[test]
+fn fixed_and_deterministic() {
+    let fixed = plan(&llama3_8b(2, 1000), "fixed:5".parse().unwrap(), &h200()).unwrap();
+    assert_eq!(fixed.grid, [2, 8, 5]);
+    assert_eq!(fixed.tiles_per_split, 13); // ceil(63 / 5)
+    assert_eq!(fixed.active_splits, 5);
+
+    // Deterministic: a sequence is cut by its own length, whatever the batch.
+    let policy: Policy = "deterministic:256".parse().unwrap();
+    let alone = plan(&llama3_8b(1, 1000), policy, &h200()).unwrap();
+    let crowded = plan(&problem(32, 8, vec![1000, 9000, 17]), policy, &h200()).unwrap();
+    assert_eq!(alone.per_seq[0], crowded.per_seq[0]);
+    assert_eq!(alone.per_seq[0].tiles_per_split, 16);
+    assert_eq!(alone.per_seq[0].active_splits, 4);
+    assert_eq!(crowded.num_splits, 36); // ceil(9000 / 256)
+}
+
+#[test]
+fn auto_splits_small_batches_and_not_big_ones() {
+    let small = plan(&llama3_8b(1, 16384), Policy::Auto, &h200()).unwrap();
+    assert!(small.use_split, "{}", small.reason);
+    // B=1 must keep at least 90% of the multiprocessors streaming.
+    assert!(small.active_splits as u64 * 8 >= 119, "{small}");
+    let tp8 = plan(&problem(8, 1, vec![65536]), Policy::Auto, &h200()).unwrap();
+    assert!(tp8.active_splits >= 119, "{tp8}");
+    let big = plan(&llama3_8b(256, 1024), Policy::Auto, &h200()).unwrap();
+    assert!(!big.use_split, "{}", big.reason);
+    // Partial state stays a small fraction of KV where it splits on long sequences.
+    assert!((small.partial_traffic_bytes as f64) < 0.05 * small.kv_bytes as f64, "{small}");
+}
+
+#[test]
+fn auto_is_per_sequence() {
+    let plan = plan(&problem(32, 8, vec![65536, 64, 0]), Policy::Auto, &h200()).unwrap();
+    assert!(plan.per_seq[0].active_splits > plan.per_seq[1].active_splits);
+    assert_eq!(plan.per_seq[1].active_splits, 4); // 64 tokens: at most 4 tiles
+    assert_eq!(plan.per_seq[2].active_splits, 0);
+}
+
+#[test]
+fn policies_parse_and_reject_with_the_value() {
+    for text in ["auto", "vllm", "vllm:batch-invariant", "sglang", "sglang:16", "fixed:3", "deterministic:512"] {
+        assert_eq!(text.parse::<Policy>().unwrap().to_string(), if text == "sglang" { "sglang:8" } else { text });
+    }
+    for text in ["fixed:0", "fixed:x", "fixed", "deterministic:100", "nope", "auto:3"] {
+        let err = text.parse::<Policy>().unwrap_err();
+        assert!(err.to_string().contains(text), "{err}");
+    }
+}
+
+#[test]
+fn plan_serialises_the_promised_json_fields() {
+    let plan = plan(&llama3_8b(1, 2560), "vllm".parse().unwrap(), &h200()).unwrap();
+    let json = serde_json::to_value(&plan).unwrap();
+    for key in [
+        "use_split",
+        "grid",
+        "blocks",
+        "num_splits",
+        "tiles_per_split",
+        "active_splits",
+        "first_wave_splits",
+        "partial_bytes_per_token_head",
+        "partial_bytes",
+        "kv_bytes",
+        "reason",
+    ] {
+        assert!(json.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(json["partial_bytes"], 266_240);
+}
+
+#[test]
+fn zero_sms_is_an_error() {
+    let mut device = h200();
+    device.num_sms = 0;
+    assert_eq!(plan(&llama3_8b(1, 16), Policy::Auto, &device).unwrap_err(), Error::InvalidDevice { num_sms: 0 });
+}
+
+proptest::proptest! {
+    /// Whatever the policy, the splits of a sequence tile it exactly once.
+    #[test]
+    fn splits_cover_every_token_once(
+        lens in proptest::collection::vec(0u32..70_000, 1..6),
+        kv_heads in 1usize..9,
+        policy in proptest::sample::select(vec!["auto", "vllm", "sglang", "fixed:7", "deterministic:64"]),
+    ) {
+        let p = problem(kv_heads * 3, kv_heads, lens.clone());
+        let plan = plan(&p, policy.parse().unwrap(), &h200()).unwrap();
+        for (split, &s) in plan.per_seq.iter().zip(&lens) {
+            proptest::prop_assert!(split.active_splits <= plan.num_splits);
+            let mut next = 0;
+            for j in 0..split.active_splits {
+                let (a, b) = split.token_range(j);
+                proptest::prop_assert_eq!(a, next);
+                proptest::prop_assert!(b > a);
+                next = b;
+            }
+            proptest::prop_assert_eq!(next, s);
+            let (a, b) = split.token_range(split.active_splits);
+            proptest::prop_assert_eq!(a, b, "surplus splits are empty");
+        }
+    }
+}
