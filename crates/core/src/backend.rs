@@ -208,6 +208,15 @@ pub trait DecodeAttention {
 
     fn synchronize(&self) -> Result<()>;
 
+    /// Microseconds per run of `work`, timed the way this device times best:
+    /// on a GPU, `work` is captured once into a graph whose replays are timed
+    /// with device events after `warmup` untimed replays; on the CPU, wall time.
+    fn time_us(&self, work: &mut dyn FnMut() -> Result<()>, warmup: usize, reps: usize) -> Result<f64>;
+
+    /// Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes
+    /// written, for copies of `bytes` bytes: the yardstick of `bench`.
+    fn copy_bandwidth_gbps(&self, bytes: usize) -> Result<f64>;
+
     /// Plans `problem` for this device.
     fn plan(&self, problem: &DecodeProblem, policy: crate::Policy) -> Result<Plan> {
         self.supports(problem)?;

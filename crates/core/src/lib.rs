@@ -18,6 +18,7 @@ pub mod layout;
 pub mod merge;
 pub mod plan;
 pub mod shape;
+pub mod synth;
 
 pub use backend::{CheckedArgs, DecodeArgs, DecodeAttention, DeviceBuffer, DeviceProps, KvIndexBuffers, MergeArgs};
 pub use dtype::DType;

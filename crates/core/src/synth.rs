@@ -1,0 +1,196 @@
+//! Synthetic batches for tests, `check` and `bench`: random Q/K/V, scattered
+//! physical blocks, and the host-side index structures of both layouts.
+//!
+//! A small built-in generator (SplitMix64) keeps this crate free of `rand`
+//! and makes every batch reproducible from its seed.
+
+use crate::{dtype, map_to_kernel_blocks, DecodeProblem, KvLayout};
+
+/// SplitMix64: tiny, fast, and good enough to fill tensors and shuffle blocks.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn next_signed(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i + 1));
+        }
+    }
+}
+
+/// Where each sequence's KV slots are, on the host.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostIndex {
+    BlockTable { table: Vec<i32>, max_blocks_per_seq: usize },
+    TokenIndices { indptr: Vec<i32>, indices: Vec<i32> },
+}
+
+/// One decode call's inputs on the host, as little-endian bytes.
+#[derive(Clone, Debug)]
+pub struct HostBatch {
+    pub problem: DecodeProblem,
+    pub q: Vec<u8>,
+    pub k_cache: Vec<u8>,
+    pub v_cache: Vec<u8>,
+    pub seq_lens: Vec<i32>,
+    pub index: HostIndex,
+    pub num_slots: usize,
+}
+
+impl HostBatch {
+    /// Random data in [-1, 1); physical blocks (or pages) shuffled over a pool
+    /// with spare blocks, so that no sequence's KV is contiguous by accident.
+    pub fn random(problem: &DecodeProblem, seed: u64) -> HostBatch {
+        let mut rng = SplitMix64::new(seed);
+        let shape = problem.shape;
+        let seq_lens: Vec<i32> = problem.seq_lens.iter().map(|&s| s as i32).collect();
+        let (index, num_slots) = match problem.layout {
+            KvLayout::BlockTable { kernel_block_size, allocator_block_size } => {
+                let blocks_per_seq: Vec<usize> =
+                    problem.seq_lens.iter().map(|&s| (s as usize).div_ceil(allocator_block_size)).collect();
+                let stride = blocks_per_seq.iter().copied().max().unwrap_or(0).max(1);
+                let total: usize = blocks_per_seq.iter().sum();
+                let pool = total + total / 4 + 1;
+                let mut ids: Vec<i32> = (0..pool as i32).collect();
+                rng.shuffle(&mut ids);
+                let mut next = ids.into_iter();
+                let mut table = vec![-1i32; problem.num_seqs() * stride];
+                for (seq, &n) in blocks_per_seq.iter().enumerate() {
+                    for j in 0..n {
+                        table[seq * stride + j] = next.next().expect("pool has spare blocks");
+                    }
+                }
+                let (table, max_blocks_per_seq) =
+                    map_to_kernel_blocks(&table, stride, allocator_block_size, kernel_block_size)
+                        .expect("the problem's layout was validated");
+                (HostIndex::BlockTable { table, max_blocks_per_seq }, pool * allocator_block_size)
+            }
+            KvLayout::TokenIndices { page_size } => {
+                let pages_per_seq: Vec<usize> =
+                    problem.seq_lens.iter().map(|&s| (s as usize).div_ceil(page_size)).collect();
+                let total: usize = pages_per_seq.iter().sum();
+                let pool = total + total / 4 + 1;
+                let mut pages: Vec<usize> = (0..pool).collect();
+                rng.shuffle(&mut pages);
+                let mut next = pages.into_iter();
+                let mut indptr = vec![0i32];
+                let mut indices = Vec::new();
+                for (&s, &n) in problem.seq_lens.iter().zip(&pages_per_seq) {
+                    let seq_pages: Vec<usize> = (0..n).map(|_| next.next().expect("spare pages")).collect();
+                    for t in 0..s as usize {
+                        indices.push((seq_pages[t / page_size] * page_size + t % page_size) as i32);
+                    }
+                    indptr.push(indices.len() as i32);
+                }
+                (HostIndex::TokenIndices { indptr, indices }, pool * page_size)
+            }
+        };
+        let mut fill = |len: usize, dtype| {
+            let values: Vec<f32> = (0..len).map(|_| rng.next_signed()).collect();
+            dtype::encode(dtype, &values)
+        };
+        let q_len = problem.num_seqs() * shape.num_q_heads * shape.head_dim;
+        let kv_len = num_slots * shape.num_kv_heads * shape.head_dim;
+        let q = fill(q_len, problem.dtypes.q);
+        let k_cache = fill(kv_len, problem.dtypes.kv);
+        let v_cache = fill(kv_len, problem.dtypes.kv);
+        HostBatch { problem: problem.clone(), q, k_cache, v_cache, seq_lens, index, num_slots }
+    }
+
+    /// The slot of token `t` of sequence `seq` (no bounds checks: for valid batches).
+    pub fn slot(&self, seq: usize, t: usize) -> usize {
+        match &self.index {
+            HostIndex::BlockTable { table, max_blocks_per_seq } => {
+                let KvLayout::BlockTable { kernel_block_size, .. } = self.problem.layout else {
+                    unreachable!("a block table comes with a block-table layout")
+                };
+                table[seq * max_blocks_per_seq + t / kernel_block_size] as usize * kernel_block_size
+                    + t % kernel_block_size
+            }
+            HostIndex::TokenIndices { indptr, indices } => indices[indptr[seq] as usize + t] as usize,
+        }
+    }
+}
+
+/// `i32` values as little-endian bytes (block tables, lengths, indices).
+pub fn i32_bytes(values: &[i32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// `||out - reference|| / ||reference||`; infinite when any output is not finite.
+/// A zero reference compares absolutely.
+pub fn relative_error(out: &[f32], reference: &[f64]) -> f64 {
+    assert_eq!(out.len(), reference.len(), "relative_error needs equal lengths");
+    let mut diff = 0.0f64;
+    let mut norm = 0.0f64;
+    for (&o, &r) in out.iter().zip(reference) {
+        if !o.is_finite() {
+            return f64::INFINITY;
+        }
+        diff += (o as f64 - r).powi(2);
+        norm += r * r;
+    }
+    if norm == 0.0 {
+        diff.sqrt()
+    } else {
+        (diff / norm).sqrt()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AttentionShape, DType, DTypes};
+
+    fn problem(layout: KvLayout, lens: Vec<u32>) -> DecodeProblem {
+        DecodeProblem::new(AttentionShape::new(4, 2, 64).unwrap(), DTypes::uniform(DType::Bf16), layout, lens).unwrap()
+    }
+
+    #[test]
+    fn every_token_gets_a_distinct_slot() {
+        for layout in [
+            KvLayout::block_table(16),
+            KvLayout::BlockTable { kernel_block_size: 16, allocator_block_size: 64 },
+            KvLayout::token_indices(1),
+            KvLayout::token_indices(8),
+        ] {
+            let batch = HostBatch::random(&problem(layout, vec![0, 1, 17, 100]), 7);
+            let mut seen = std::collections::HashSet::new();
+            for (seq, &s) in batch.seq_lens.iter().enumerate() {
+                for t in 0..s as usize {
+                    let slot = batch.slot(seq, t);
+                    assert!(slot < batch.num_slots, "{layout}: slot {slot}");
+                    assert!(seen.insert(slot), "{layout}: slot {slot} used twice");
+                }
+            }
+            assert_eq!(seen.len(), 118);
+        }
+    }
+
+    #[test]
+    fn relative_error_flags_nan() {
+        assert_eq!(relative_error(&[1.0, f32::NAN], &[1.0, 2.0]), f64::INFINITY);
+        assert!(relative_error(&[1.0, 2.0], &[1.0, 2.0]) == 0.0);
+    }
+}
