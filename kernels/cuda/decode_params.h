@@ -1,0 +1,71 @@
+// decode_params.h: the launch ABI shared by the Rust host code
+// (crates/cuda/src/params.rs mirrors it field for field, #[repr(C)]) and the
+// kernels. Change both together.
+//
+// Tensors (row-major, contiguous):
+//   q, out            [num_seqs, num_q_heads, head_dim]            (T)
+//   k_cache, v_cache  [num_slots, num_kv_heads, head_dim]          (T)
+//   seq_lens          [num_seqs]                                   (int32)
+//   block_table       [num_seqs, max_blocks_per_seq] kernel blocks (int32)  layout 0
+//   kv_indptr         [num_seqs + 1]                               (int32)  layout 1
+//   kv_indices        [kv_indptr[num_seqs]] slots                  (int32)  layout 1
+//   partial_acc       [num_seqs, num_q_heads, num_splits, head_dim] (f32, unnormalised)
+//   partial_ml        [num_seqs, num_q_heads, num_splits, 2]        (f32: max in log2 units, sum)
+//
+// Query head h reads KV head h / (num_q_heads / num_kv_heads).
+// Token t of sequence b lives in slot
+//   layout 0: block_table[b * max_blocks_per_seq + t / block_size] * block_size + t % block_size
+//   layout 1: kv_indices[kv_indptr[b] + t]
+//
+// Splits (must match decode_attn_core::plan::SplitRule::split exactly):
+//   tiles           = ceil(seq_len / 16)
+//   tiles_per_split = max(min_tiles_per_split, ceil(tiles / num_splits))
+//   active_splits   = ceil(tiles / tiles_per_split)
+//   split j covers tokens [j * tiles_per_split * 16, min((j + 1) * tiles_per_split * 16, seq_len))
+//
+// Guards: a sequence whose length is negative, longer than its block-table
+// row, or whose slots or index range fall outside the pools, reads nothing
+// out of bounds: its outputs are written as NaN instead.
+#pragma once
+
+#define DECODE_TILE_TOKENS 16
+#define DECODE_LAYOUT_BLOCK_TABLE 0
+#define DECODE_LAYOUT_TOKEN_INDICES 1
+
+struct DecodeParams {
+    const void* q;
+    const void* k_cache;
+    const void* v_cache;
+    void* out;
+    const int* seq_lens;
+    const int* block_table;  // layout 0, else null
+    const int* kv_indptr;    // layout 1, else null
+    const int* kv_indices;   // layout 1, else null
+    float* partial_acc;      // null when num_splits == 1
+    float* partial_ml;       // null when num_splits == 1
+    long long num_slots;     // slots in each of k_cache and v_cache
+    long long num_indices;   // entries of kv_indices (layout 1)
+    int num_seqs;
+    int num_q_heads;
+    int num_kv_heads;
+    int layout;
+    int block_size;          // kernel block size (layout 0)
+    int max_blocks_per_seq;  // block-table row stride (layout 0)
+    int num_splits;
+    int min_tiles_per_split;
+    float scale_log2;        // softmax_scale * log2(e): scores are kept in log2 units
+    int _pad;
+};
+
+struct MergeParams {
+    const void* prefix;       // [num_tokens, num_heads, head_dim] (T), normalised
+    const float* prefix_lse;  // [num_tokens, num_heads], natural log
+    const void* suffix;
+    const float* suffix_lse;
+    void* out;
+    float* out_lse;           // may be null
+    int num_tokens;
+    int num_heads;
+    int head_dim;
+    int _pad;
+};
