@@ -67,6 +67,9 @@ pub enum Error {
     #[error("{backend} does not support q={q}, kv={kv}, out={out}: {why}")]
     UnsupportedDTypes { backend: &'static str, q: DType, kv: DType, out: DType, why: &'static str },
 
+    #[error("{backend} does not support {what}")]
+    Unsupported { backend: &'static str, what: String },
+
     #[error("the plan was made for {planned} but the call is for {given}")]
     PlanMismatch { planned: String, given: String },
 

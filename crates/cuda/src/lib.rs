@@ -1,1 +1,488 @@
-//! placeholder
+//! CUDA backend of decode-attn.
+//!
+//! * The driver is loaded at run time (cudarc, `dynamic-loading`): a binary
+//!   built with this crate starts on a machine with no NVIDIA driver, and
+//!   [`device_count`] says why there is no device instead of panicking.
+//! * Kernels: the fatbin that nvcc built at compile time (SASS for sm_80 and
+//!   sm_90, PTX for newer GPUs) when there was an nvcc; otherwise, or when the
+//!   driver refuses it (a CUDA 13 fatbin on a 12.x driver), the embedded
+//!   source compiled by NVRTC at first use and cached on disk.
+//!
+//! Layering follows cudarc: `params` mirrors the C ABI, `nvrtc` wraps the
+//! run-time compiler, and this file is the safe backend on top.
+
+mod nvrtc;
+mod params;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg,
+};
+use decode_attn_core::{
+    DType, DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, KvIndexBuffers, KvLayout,
+    MergeArgs, Plan, Result,
+};
+
+pub use nvrtc::{default_cache_dir, NVRTC_CANDIDATES};
+use params::{DecodeParams, MergeParams, LAYOUT_BLOCK_TABLE, LAYOUT_TOKEN_INDICES};
+
+const BACKEND: &str = "cuda";
+
+/// Threads per CTA of every kernel (DECODE_THREADS in kernels/cuda).
+pub const DECODE_THREADS: u32 = 128;
+
+/// Query heads times head dim that one CTA can hold (the kernels stage the
+/// whole query group in shared memory).
+pub const MAX_GROUP_ELEMS: usize = 4096;
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
+}
+
+const DECODE_SOURCE: &str = include_str!("../../../kernels/cuda/decode.cu");
+const KERNEL_HEADERS: &[(&str, &str)] = &[("decode_params.h", include_str!("../../../kernels/cuda/decode_params.h"))];
+
+/// Where kernels come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelSource {
+    /// The embedded fatbin when it loads, else NVRTC.
+    #[default]
+    Auto,
+    /// Only the nvcc-built fatbin embedded at compile time.
+    Embedded,
+    /// Always NVRTC (with the disk cache): what a build without nvcc does.
+    Nvrtc,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct CudaOptions {
+    pub kernels: KernelSource,
+    /// Cache for NVRTC output; `None` compiles in every process.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl CudaOptions {
+    /// Documented entry point that reads the environment:
+    /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc` and the cache folder of
+    /// [`default_cache_dir`].
+    pub fn from_env() -> Result<Self> {
+        let kernels = match std::env::var("DECODE_ATTN_CUDA_KERNELS").ok().as_deref() {
+            None | Some("") | Some("auto") => KernelSource::Auto,
+            Some("embedded") => KernelSource::Embedded,
+            Some("nvrtc") => KernelSource::Nvrtc,
+            Some(other) => {
+                return Err(Error::Unsupported {
+                    backend: BACKEND,
+                    what: format!("DECODE_ATTN_CUDA_KERNELS={other:?} (expected auto, embedded or nvrtc)"),
+                })
+            }
+        };
+        Ok(CudaOptions { kernels, cache_dir: default_cache_dir() })
+    }
+}
+
+fn driver_error(err: DriverError) -> Error {
+    Error::Device { backend: BACKEND, message: err.to_string() }
+}
+
+/// Whether this build embeds nvcc-compiled kernels.
+pub fn has_embedded_kernels() -> bool {
+    embedded::FATBIN.is_some()
+}
+
+/// Number of CUDA devices, or why there are none to use.
+pub fn device_count() -> Result<usize> {
+    // SAFETY: only tries to dlopen the driver library under its known names.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(Error::Unavailable {
+            backend: BACKEND,
+            reason: "no NVIDIA driver (libcuda.so.1 not found)".into(),
+        });
+    }
+    match CudaContext::device_count() {
+        Ok(0) => Err(Error::Unavailable { backend: BACKEND, reason: "the NVIDIA driver reports no device".into() }),
+        Ok(n) => Ok(n as usize),
+        Err(err) => Err(Error::Unavailable { backend: BACKEND, reason: format!("cuInit failed: {err}") }),
+    }
+}
+
+/// Device memory. Zero-length buffers hold no allocation (the driver refuses
+/// zero-byte allocations); their address is null.
+pub struct CudaBuffer {
+    slice: Option<CudaSlice<u8>>,
+}
+
+impl DeviceBuffer for CudaBuffer {
+    fn len_bytes(&self) -> usize {
+        self.slice.as_ref().map_or(0, |s| s.len())
+    }
+}
+
+/// One CUDA device with the decode kernels loaded, working on one stream.
+pub struct CudaBackend {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    module: Arc<CudaModule>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+    props: DeviceProps,
+    kernel_origin: String,
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal` with default options (no NVRTC cache).
+    pub fn new(ordinal: usize) -> Result<Self> {
+        Self::with_options(ordinal, CudaOptions::default())
+    }
+
+    pub fn with_options(ordinal: usize, options: CudaOptions) -> Result<Self> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(Error::Unavailable {
+                backend: BACKEND,
+                reason: format!("device {ordinal} requested but only {count} present"),
+            });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(driver_error)?;
+        // SAFETY: the backend issues all its work on the one stream below, so
+        // cudarc's cross-stream event tracking is not needed; turning it off
+        // keeps graph capture free of stray event records.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(driver_error)?;
+        let (module, kernel_origin) = load_module(&ctx, &options)?;
+        let attr = |a| ctx.attribute(a).map_err(driver_error);
+        let num_sms = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        // Peak = memory clock (kHz) * 2 (double data rate) * bus width (bytes);
+        // streaming reaches about 90% of it.
+        let clock_khz = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE).unwrap_or(0) as f64;
+        let bus_bits = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).unwrap_or(0) as f64;
+        let peak_gbps = clock_khz * 1e3 * 2.0 * bus_bits / 8.0 / 1e9;
+        let mem_bandwidth_gbps = if peak_gbps > 0.0 { 0.9 * peak_gbps } else { 2000.0 };
+        let mut backend = CudaBackend {
+            props: DeviceProps {
+                name: ctx.name().map_err(driver_error)?,
+                num_sms,
+                ctas_per_sm: 2,
+                mem_bandwidth_gbps,
+                launch_overhead_us: 2.0,
+            },
+            ctx,
+            stream,
+            module,
+            functions: Mutex::new(HashMap::new()),
+            kernel_origin,
+        };
+        let probe = backend.function("decode_attn_bf16_d128")?;
+        backend.props.ctas_per_sm =
+            probe.occupancy_max_active_blocks_per_multiprocessor(DECODE_THREADS, 0, None).map_err(driver_error)?.max(1);
+        Ok(backend)
+    }
+
+    /// Captures the launches `work` makes on this backend's stream into a CUDA
+    /// graph, for replay. The graph keeps the buffer addresses it was captured
+    /// with; what those buffers hold (lengths, block tables, Q) is read at each
+    /// replay, so a replay after new lengths are uploaded decodes the new batch.
+    pub fn capture(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<DecodeGraph> {
+        self.synchronize()?;
+        self.stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(driver_error)?;
+        let captured = work();
+        // End the capture whatever `work` did, so the stream is usable again.
+        let graph = self.stream.end_capture(CUgraphInstantiate_flags(0)).map_err(driver_error);
+        captured?;
+        let graph =
+            graph?.ok_or_else(|| Error::Device { backend: BACKEND, message: "captured an empty graph".into() })?;
+        Ok(DecodeGraph { graph })
+    }
+
+    /// Where the loaded kernels came from (embedded fatbin or NVRTC).
+    pub fn kernel_origin(&self) -> &str {
+        &self.kernel_origin
+    }
+
+    pub fn compute_capability(&self) -> Result<(i32, i32)> {
+        self.ctx.compute_capability().map_err(driver_error)
+    }
+
+    fn function(&self, name: &str) -> Result<CudaFunction> {
+        let mut functions = self.functions.lock().map_err(|_| Error::Device {
+            backend: BACKEND,
+            message: "kernel table lock poisoned by an earlier panic".into(),
+        })?;
+        if let Some(f) = functions.get(name) {
+            return Ok(f.clone());
+        }
+        let f = self.module.load_function(name).map_err(|e| Error::Device {
+            backend: BACKEND,
+            message: format!("kernel {name} missing from the loaded module ({}): {e}", self.kernel_origin),
+        })?;
+        functions.insert(name.to_string(), f.clone());
+        Ok(f)
+    }
+
+    fn ptr(&self, buffer: &CudaBuffer) -> u64 {
+        buffer.slice.as_ref().map_or(0, |s| s.device_ptr(&self.stream).0)
+    }
+}
+
+/// A captured sequence of launches; see [`CudaBackend::capture`].
+pub struct DecodeGraph {
+    graph: cudarc::driver::CudaGraph,
+}
+
+impl DecodeGraph {
+    /// Launches the graph on the backend's stream (asynchronous).
+    pub fn replay(&self) -> Result<()> {
+        self.graph.launch().map_err(driver_error)
+    }
+}
+
+fn load_module(ctx: &Arc<CudaContext>, options: &CudaOptions) -> Result<(Arc<CudaModule>, String)> {
+    let mut refused = None;
+    if options.kernels != KernelSource::Nvrtc {
+        match embedded::FATBIN {
+            Some(fatbin) => match ctx.load_module(cudarc::nvrtc::Ptx::from_binary(fatbin.to_vec())) {
+                Ok(module) => return Ok((module, "embedded fatbin (nvcc: sm_80, sm_90, compute_90 PTX)".into())),
+                Err(err) if options.kernels == KernelSource::Embedded => return Err(driver_error(err)),
+                Err(err) => refused = Some(err.to_string()),
+            },
+            None if options.kernels == KernelSource::Embedded => {
+                return Err(Error::Unavailable {
+                    backend: BACKEND,
+                    reason: "this build embeds no kernels (nvcc was not found at build time)".into(),
+                })
+            }
+            None => {}
+        }
+    }
+    let arch = ctx.compute_capability().map_err(driver_error)?;
+    let source = nvrtc::Source { name: "decode.cu", text: DECODE_SOURCE, headers: KERNEL_HEADERS };
+    let cubin = nvrtc::compile_cubin(&source, arch, options.cache_dir.as_deref())?;
+    let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(driver_error)?;
+    let why = match refused {
+        Some(err) => format!(" (the embedded fatbin was refused: {err})"),
+        None => String::new(),
+    };
+    Ok((module, format!("NVRTC, sm_{}{}{why}", arch.0, arch.1)))
+}
+
+fn dtype_suffix(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        _ => "bf16",
+    }
+}
+
+impl DecodeAttention for CudaBackend {
+    type Buffer = CudaBuffer;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn device_props(&self) -> &DeviceProps {
+        &self.props
+    }
+
+    fn supports(&self, problem: &DecodeProblem) -> Result<()> {
+        problem.validate()?;
+        let d = problem.dtypes;
+        if d.q != d.kv || d.kv != d.out {
+            return Err(Error::UnsupportedDTypes {
+                backend: BACKEND,
+                q: d.q,
+                kv: d.kv,
+                out: d.out,
+                why: "the CUDA kernels take one element type for Q, KV and output",
+            });
+        }
+        let group_elems = problem.shape.group_size() * problem.shape.head_dim;
+        if group_elems > MAX_GROUP_ELEMS {
+            return Err(Error::Unsupported {
+                backend: BACKEND,
+                what: format!(
+                    "{} query heads per KV head at head_dim {} ({group_elems} > {MAX_GROUP_ELEMS} elements per CTA)",
+                    problem.shape.group_size(),
+                    problem.shape.head_dim
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<CudaBuffer> {
+        if bytes == 0 {
+            return Ok(CudaBuffer { slice: None });
+        }
+        let slice = self.stream.alloc_zeros::<u8>(bytes).map_err(driver_error)?;
+        Ok(CudaBuffer { slice: Some(slice) })
+    }
+
+    fn upload(&self, dst: &mut CudaBuffer, src: &[u8]) -> Result<()> {
+        if dst.len_bytes() != src.len() {
+            return Err(Error::BufferSize { name: "upload destination", expected: src.len(), actual: dst.len_bytes() });
+        }
+        match &mut dst.slice {
+            Some(slice) => self.stream.memcpy_htod(src, slice).map_err(driver_error),
+            None => Ok(()),
+        }
+    }
+
+    fn download(&self, src: &CudaBuffer, dst: &mut [u8]) -> Result<()> {
+        if src.len_bytes() != dst.len() {
+            return Err(Error::BufferSize {
+                name: "download destination",
+                expected: src.len_bytes(),
+                actual: dst.len(),
+            });
+        }
+        match &src.slice {
+            Some(slice) => self.stream.memcpy_dtoh(slice, dst).map_err(driver_error),
+            None => Ok(()),
+        }?;
+        self.stream.synchronize().map_err(driver_error)
+    }
+
+    fn decode(&self, plan: &Plan, args: DecodeArgs<'_, CudaBuffer>) -> Result<()> {
+        let problem = &plan.problem;
+        self.supports(problem)?;
+        let checked = args.check(plan)?;
+        if problem.num_seqs() == 0 {
+            return Ok(());
+        }
+        let shape = problem.shape;
+        let (layout, block_size, max_blocks_per_seq, block_table, kv_indptr, kv_indices) = match args.kv_index {
+            KvIndexBuffers::BlockTable { table, max_blocks_per_seq } => {
+                let KvLayout::BlockTable { kernel_block_size, .. } = problem.layout else {
+                    unreachable!("DecodeArgs::check matched the layouts")
+                };
+                (LAYOUT_BLOCK_TABLE, kernel_block_size, max_blocks_per_seq, self.ptr(table), 0, 0)
+            }
+            KvIndexBuffers::TokenIndices { indptr, indices } => {
+                (LAYOUT_TOKEN_INDICES, 0, 0, 0, self.ptr(indptr), self.ptr(indices))
+            }
+        };
+        let num_splits = plan.rule.num_splits;
+        let split = num_splits > 1;
+        let workspace = self.ptr(args.workspace);
+        let acc_bytes = (problem.num_seqs() * shape.num_q_heads * num_splits as usize * shape.head_dim * 4) as u64;
+        let params = DecodeParams {
+            q: self.ptr(args.q),
+            k_cache: self.ptr(args.k_cache),
+            v_cache: self.ptr(args.v_cache),
+            out: self.ptr(args.out),
+            seq_lens: self.ptr(args.seq_lens),
+            block_table,
+            kv_indptr,
+            kv_indices,
+            partial_acc: if split { workspace } else { 0 },
+            partial_ml: if split { workspace + acc_bytes } else { 0 },
+            num_slots: checked.num_slots as i64,
+            num_indices: if layout == LAYOUT_TOKEN_INDICES { checked.index_len as i64 } else { 0 },
+            num_seqs: problem.num_seqs() as i32,
+            num_q_heads: shape.num_q_heads as i32,
+            num_kv_heads: shape.num_kv_heads as i32,
+            layout,
+            block_size: block_size as i32,
+            max_blocks_per_seq: max_blocks_per_seq as i32,
+            num_splits: num_splits as i32,
+            min_tiles_per_split: plan.rule.min_tiles_per_split as i32,
+            scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
+            _pad: 0,
+        };
+        let suffix = format!("{}_d{}", dtype_suffix(problem.dtypes.q), shape.head_dim);
+        let main = self.function(&format!("decode_attn_{suffix}"))?;
+        let config = LaunchConfig {
+            grid_dim: (problem.num_seqs() as u32, shape.num_kv_heads as u32, num_splits),
+            block_dim: (DECODE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: `params` matches the kernel's `DecodeParams` (size-checked in
+        // params.rs); every address in it points into a live allocation whose
+        // size `DecodeArgs::check` verified against the plan, and the kernel
+        // bounds-checks block ids, slots and lengths that live in device memory.
+        unsafe { self.stream.launch_builder(&main).arg(&params).launch(config) }.map_err(driver_error)?;
+        if split {
+            let reduce = self.function(&format!("decode_attn_reduce_{suffix}"))?;
+            let config = LaunchConfig {
+                grid_dim: (problem.num_seqs() as u32, shape.num_q_heads as u32, 1),
+                block_dim: (DECODE_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: as above; the reducer reads the partial rows the first
+            // kernel wrote, in the same stream order.
+            unsafe { self.stream.launch_builder(&reduce).arg(&params).launch(config) }.map_err(driver_error)?;
+        }
+        Ok(())
+    }
+
+    fn merge_attn_states(&self, args: MergeArgs<'_, CudaBuffer>) -> Result<()> {
+        args.check()?;
+        if args.num_tokens == 0 || args.num_heads == 0 {
+            return Ok(());
+        }
+        let params = MergeParams {
+            prefix: self.ptr(args.prefix),
+            prefix_lse: self.ptr(args.prefix_lse),
+            suffix: self.ptr(args.suffix),
+            suffix_lse: self.ptr(args.suffix_lse),
+            out_lse: args.out_lse.as_deref().map_or(0, |b| self.ptr(b)),
+            out: self.ptr(args.out),
+            num_tokens: args.num_tokens as i32,
+            num_heads: args.num_heads as i32,
+            head_dim: args.head_dim as i32,
+            _pad: 0,
+        };
+        let f = self.function(&format!("merge_attn_states_{}", dtype_suffix(args.dtype)))?;
+        let config = LaunchConfig {
+            grid_dim: (args.num_tokens as u32, args.num_heads as u32, 1),
+            block_dim: (DECODE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: `params` matches `MergeParams`; `MergeArgs::check` verified
+        // every buffer's size for these token, head and dim counts.
+        unsafe { self.stream.launch_builder(&f).arg(&params).launch(config) }.map_err(driver_error)?;
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().map_err(driver_error)
+    }
+
+    fn time_us(&self, work: &mut dyn FnMut() -> Result<()>, warmup: usize, reps: usize) -> Result<f64> {
+        let graph = self.capture(work)?;
+        for _ in 0..warmup {
+            graph.replay()?;
+        }
+        let start = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver_error)?;
+        let end = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver_error)?;
+        start.record(&self.stream).map_err(driver_error)?;
+        for _ in 0..reps.max(1) {
+            graph.replay()?;
+        }
+        end.record(&self.stream).map_err(driver_error)?;
+        end.synchronize().map_err(driver_error)?;
+        let ms = start.elapsed_ms(&end).map_err(driver_error)?;
+        Ok(ms as f64 * 1e3 / reps.max(1) as f64)
+    }
+
+    fn copy_bandwidth_gbps(&self, bytes: usize) -> Result<f64> {
+        let src = self.alloc(bytes)?;
+        let mut dst = self.alloc(bytes)?;
+        let (Some(src), Some(dst)) = (&src.slice, &mut dst.slice) else {
+            return Err(Error::BufferSize { name: "copy bandwidth buffer", expected: 1, actual: 0 });
+        };
+        let copies = 10;
+        let mut copy = || -> Result<()> {
+            for _ in 0..copies {
+                self.stream.memcpy_dtod(src, dst).map_err(driver_error)?;
+            }
+            Ok(())
+        };
+        let us = self.time_us(&mut copy, 2, 5)? / copies as f64;
+        Ok(2.0 * bytes as f64 / (us * 1e3))
+    }
+}
