@@ -1,0 +1,373 @@
+//! `decode-attn bench`: time decode per shape, the way the peers are timed.
+//!
+//! Per shape: a random batch (scattered blocks), checked against the f64
+//! reference, then timed with the backend's own clock (a CUDA-graph replay on
+//! GPUs, wall time on the CPU) while cycling over enough distinct copies of
+//! the KV pool that no cache holds them: >= 512 MiB per timed run on a GPU,
+//! like `bench_peers.py`, far more than a 60 MB L2. Bytes are counted as the
+//! peers count them (KV + Q + output), against a device-to-device copy
+//! (read + write) measured in the same run.
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Args, ValueEnum};
+use decode_attn::synth::{relative_error, HostBatch};
+use decode_attn::{
+    Backend, BackendSpec, Buffer, DType, DTypes, DecodeAttention, DecodeProblem, DeviceBatch, DeviceBuffer, KvLayout,
+    Plan, Policy,
+};
+use decode_attn_conformance::{tolerance, with_first_sequences};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::args::{parse_backend, parse_dtype, parse_layout, parse_policy};
+use crate::models::{parse_model, Model, MODELS};
+use crate::CliResult;
+
+const MIB: usize = 1 << 20;
+const GIB: u64 = 1 << 30;
+/// KV bytes one timed GPU run cycles over (`bench_peers.py`'s L2_FLUSH_BYTES).
+const GPU_ROTATION_BYTES: usize = 512 * MIB;
+/// The most KV copies a run cycles over (`bench_peers.py` caps at 64 too).
+const GPU_MAX_COPIES: usize = 64;
+/// Host caches are smaller, and host memory is shared with the reference.
+const CPU_ROTATION_BYTES: usize = 256 * MIB;
+const CPU_MAX_COPIES: usize = 8;
+/// Shapes whose KV exceeds this are skipped, as `bench_peers.py` skips them.
+const MAX_KV_BYTES: u64 = 8 * GIB;
+/// Multiply-adds of the f64 reference per shape; beyond it only the first
+/// sequences are checked (the reference is f64, single-threaded and slow).
+const REFERENCE_BUDGET_MACS: u64 = 1 << 28;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Grid {
+    /// llama3-8b and llama3-70b-tp8, B in 1,4, s in 1024,4096: under a minute on a small CPU.
+    Small,
+    /// The peers' grid: both models, B in 1,4,16,64, s in 1024,4096,16384,65536.
+    Peers,
+}
+
+impl Grid {
+    fn batches(self) -> Vec<usize> {
+        match self {
+            Grid::Small => vec![1, 4],
+            Grid::Peers => vec![1, 4, 16, 64],
+        }
+    }
+    fn seq_lens(self) -> Vec<u32> {
+        match self {
+            Grid::Small => vec![1024, 4096],
+            Grid::Peers => vec![1024, 4096, 16384, 65536],
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// auto | cpu | cuda[:N] | hip[:N]
+    #[arg(long, default_value = "auto", value_parser = parse_backend)]
+    backend: BackendSpec,
+    /// Shapes: `small` (default) or `peers` (the grid of ../shared/peers/bench_peers.py).
+    #[arg(long, value_enum, default_value_t = Grid::Small)]
+    grid: Grid,
+    /// Models, comma-separated (default: llama3-8b,llama3-70b-tp8).
+    #[arg(long, value_delimiter = ',', value_parser = parse_model)]
+    model: Vec<Model>,
+    /// Batch sizes, comma-separated (default: the grid's).
+    #[arg(long, value_delimiter = ',')]
+    batch: Vec<usize>,
+    /// Sequence lengths, comma-separated, one per shape (default: the grid's).
+    #[arg(long, value_delimiter = ',')]
+    seq_len: Vec<u32>,
+    /// Policies to time, comma-separated: auto, vllm, sglang[:N], fixed:N, deterministic:TILE.
+    #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = parse_policy)]
+    policy: Vec<Policy>,
+    /// Element type of Q, the KV cache and the output.
+    #[arg(long, default_value = "bf16", value_parser = parse_dtype)]
+    dtype: DType,
+    /// KV layout: block:16 (vLLM's), tokens:1 (SGLang's), block:K/A.
+    #[arg(long, default_value = "block:16", value_parser = parse_layout)]
+    layout: KvLayout,
+    /// Also write rows to this CSV (model,B,s,peer,mode,us,tbs,pct_copy,relerr), as compare.py reads them.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+}
+
+struct Shape {
+    model: Model,
+    batch: usize,
+    seq_len: u32,
+}
+
+/// One measured row.
+struct Row<'a> {
+    shape: &'a Shape,
+    policy: Policy,
+    plan: &'a Plan,
+    us: f64,
+    tbs: f64,
+    pct_copy: f64,
+    relerr: f64,
+    checked: usize,
+}
+
+pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
+    let models = if args.model.is_empty() { MODELS[..2].to_vec() } else { args.model.clone() };
+    let batches = if args.batch.is_empty() { args.grid.batches() } else { args.batch.clone() };
+    let seq_lens = if args.seq_len.is_empty() { args.grid.seq_lens() } else { args.seq_len.clone() };
+    if batches.contains(&0) {
+        return Err("--batch sizes must be at least 1".into());
+    }
+    let mut shapes = Vec::new();
+    for &model in &models {
+        for &batch in &batches {
+            shapes.extend(seq_lens.iter().map(|&seq_len| Shape { model, batch, seq_len }));
+        }
+    }
+
+    let backend = crate::open_backend(args.backend)?;
+    let gpu = backend.name() != "cpu";
+    let copy_bytes = if gpu { 1 << 30 } else { 256 * MIB };
+    let copy_gbps = backend.copy_bandwidth_gbps(copy_bytes)?;
+    outln!(
+        "# {}; copy {:.2} TB/s (read + write, {} MiB copies); dtype {}, {}",
+        backend.describe(),
+        copy_gbps / 1e3,
+        copy_bytes / MIB,
+        args.dtype,
+        args.layout
+    );
+    let mut csv = match &args.csv {
+        Some(path) => {
+            let mut file =
+                BufWriter::new(File::create(path).map_err(|err| format!("cannot create {}: {err}", path.display()))?);
+            writeln!(file, "model,B,s,peer,mode,us,tbs,pct_copy,relerr")?;
+            Some(file)
+        }
+        None => None,
+    };
+
+    let progress = progress_bar((shapes.len() * args.policy.len()) as u64);
+    progress.suspend(|| {
+        outln!(
+            "{:16} {:>4} {:>6} {:8} {:20} {:>6} {:>10} {:>7} {:>6} {:>8} {:>7}",
+            "model",
+            "B",
+            "s",
+            "backend",
+            "policy",
+            "splits",
+            "us",
+            "TB/s",
+            "%copy",
+            "relerr",
+            "checked"
+        )
+    });
+    let started = Instant::now();
+    let mut failures = 0usize;
+    let mut partly_checked = false;
+    for shape in &shapes {
+        progress.set_message(format!("{} B={} s={}", shape.model.name, shape.batch, shape.seq_len));
+        let problem = DecodeProblem::new(
+            shape.model.shape(),
+            DTypes::uniform(args.dtype),
+            args.layout,
+            vec![shape.seq_len; shape.batch],
+        )?;
+        if problem.kv_bytes() > MAX_KV_BYTES {
+            progress.suspend(|| {
+                outln!(
+                    "{:16} {:>4} {:>6} skipped: {:.1} GiB of KV is over the {} GiB the peers' bench also skips",
+                    shape.model.name,
+                    shape.batch,
+                    shape.seq_len,
+                    problem.kv_bytes() as f64 / GIB as f64,
+                    MAX_KV_BYTES / GIB
+                )
+            });
+            progress.inc(args.policy.len() as u64);
+            continue;
+        }
+        let outcome = bench_shape(&backend, shape, &problem, &args.policy, copy_gbps, |row| {
+            partly_checked |= row.checked < row.shape.batch;
+            let line = format_row(&backend, &row);
+            progress.suspend(|| outln!("{line}"));
+            if let Some(file) = csv.as_mut() {
+                write_csv_row(file, backend.name(), &row)?;
+            }
+            // Written so that a NaN relative error counts as a failure too.
+            let within_tolerance = row.relerr <= tolerance(problem.dtypes);
+            if !within_tolerance {
+                failures += 1;
+            }
+            progress.inc(1);
+            Ok(())
+        });
+        if let Err(err) = outcome {
+            failures += 1;
+            progress.suspend(|| outln!("{:16} {:>4} {:>6} error: {err}", shape.model.name, shape.batch, shape.seq_len));
+        }
+    }
+    progress.finish_and_clear();
+    if let Some(mut file) = csv {
+        file.flush()?;
+    }
+    if partly_checked {
+        outln!(
+            "# checked k/B: the f64 reference is slow, so only the first k sequences of a shape were compared \
+             (at most 2^28 of its multiply-adds per shape); all B were timed"
+        );
+    }
+    outln!("# {} shapes in {:.1} s", shapes.len(), started.elapsed().as_secs_f64());
+    if failures > 0 {
+        eprintln!(
+            "error: {failures} run(s) failed: an error, or a relative error over {:.0e}",
+            tolerance(DTypes::uniform(args.dtype))
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Generates, checks and times one shape under each policy, calling `emit` per row.
+fn bench_shape(
+    backend: &Backend,
+    shape: &Shape,
+    problem: &DecodeProblem,
+    policies: &[Policy],
+    copy_gbps: f64,
+    mut emit: impl FnMut(Row<'_>) -> CliResult<()>,
+) -> CliResult<()> {
+    let gpu = backend.name() != "cpu";
+    let plans = policies.iter().map(|&policy| backend.plan(problem, policy)).collect::<Result<Vec<_>, _>>()?;
+    let workspace_bytes = plans.iter().map(|p| p.workspace_bytes).max().unwrap_or(0);
+
+    let mut batch = HostBatch::random(problem, 0xBE7C);
+    let shape_dims = problem.shape;
+    let per_seq_macs = 2 * shape.seq_len.max(1) as u64 * (shape_dims.num_q_heads * shape_dims.head_dim) as u64;
+    let checked = ((REFERENCE_BUDGET_MACS / per_seq_macs) as usize).clamp(1, shape.batch);
+    let scale = shape_dims.default_scale();
+    let reference =
+        with_first_sequences(&mut batch, checked, |first| decode_attn::reference::decode_reference(first, scale));
+
+    // Copies of the pool to cycle over; copy 0 is the batch's own.
+    let pool_bytes = batch.k_cache.len() + batch.v_cache.len();
+    let (rotation, max_copies) =
+        if gpu { (GPU_ROTATION_BYTES, GPU_MAX_COPIES) } else { (CPU_ROTATION_BYTES, CPU_MAX_COPIES) };
+    let copies = rotation.div_ceil(pool_bytes.max(1)).clamp(1, max_copies);
+    let mut device = DeviceBatch::upload(backend, &batch, workspace_bytes, 0xFF)?;
+    let mut extra_pools: Vec<(Buffer, Buffer)> = Vec::with_capacity(copies - 1);
+    for _ in 1..copies {
+        let mut k = backend.alloc(batch.k_cache.len())?;
+        backend.upload(&mut k, &batch.k_cache)?;
+        let mut v = backend.alloc(batch.v_cache.len())?;
+        backend.upload(&mut v, &batch.v_cache)?;
+        extra_pools.push((k, v));
+    }
+    drop(batch); // the KV pool may be gigabytes: keep only the device copies
+    let poison = vec![0xFFu8; device.out.len_bytes()];
+    let bytes = problem.kv_bytes() as f64 + (problem.q_bytes() + problem.out_bytes()) as f64;
+
+    for (plan, &policy) in plans.iter().zip(policies) {
+        // Check first, with the output poisoned so unwritten elements show as NaN.
+        backend.upload(&mut device.out, &poison)?;
+        backend.decode(plan, device.args())?;
+        let out = device.download_out(backend, problem.dtypes.out)?;
+        let relerr = relative_error(&out[..reference.len()], &reference);
+
+        let mut work = || -> decode_attn::Result<()> {
+            backend.decode(plan, device.args())?;
+            for (k, v) in &extra_pools {
+                backend.decode(plan, device.args_with_pools(k, v))?;
+            }
+            Ok(())
+        };
+        let estimate_us = backend.time_us(&mut work, 1, 2)?;
+        let target_us = if gpu { 200_000.0 } else { 400_000.0 };
+        let reps = (target_us / estimate_us.max(1.0)).ceil().clamp(3.0, 1000.0) as usize;
+        let warmup = if gpu { 5 } else { 1 };
+        let us = backend.time_us(&mut work, warmup, reps)? / copies as f64;
+        let tbs = bytes / us / 1e6;
+        emit(Row { shape, policy, plan, us, tbs, pct_copy: 100.0 * tbs * 1e3 / copy_gbps, relerr, checked })?;
+    }
+    Ok(())
+}
+
+fn format_row(backend: &Backend, row: &Row<'_>) -> String {
+    format!(
+        "{:16} {:>4} {:>6} {:8} {:20} {:>6} {:>10.2} {:>7.3} {:>6.1} {:>8.1e} {:>7}",
+        row.shape.model.name,
+        row.shape.batch,
+        row.shape.seq_len,
+        backend.name(),
+        row.policy.to_string(),
+        row.plan.num_splits,
+        row.us,
+        row.tbs,
+        row.pct_copy,
+        row.relerr,
+        format!("{}/{}", row.checked, row.shape.batch)
+    )
+}
+
+fn write_csv_row(file: &mut impl Write, backend: &str, row: &Row<'_>) -> CliResult<()> {
+    writeln!(
+        file,
+        "{},{},{},decode-attn,{}/{},{:.2},{:.3},{:.1},{}",
+        row.shape.model.name,
+        row.shape.batch,
+        row.shape.seq_len,
+        backend,
+        row.policy,
+        row.us,
+        row.tbs,
+        row.pct_copy,
+        python_exp(row.relerr)
+    )?;
+    file.flush()?;
+    Ok(())
+}
+
+/// `x` as Python's `f"{x:.1e}"` writes it (`3.1e-03`), as the peers' CSV has it.
+fn python_exp(x: f64) -> String {
+    if !x.is_finite() {
+        return if x.is_nan() { "nan".into() } else { "inf".into() };
+    }
+    let rust = format!("{x:.1e}"); // "3.1e-3"
+    match rust.split_once('e') {
+        Some((mantissa, exponent)) => {
+            let exponent: i32 = exponent.parse().unwrap_or(0);
+            let sign = if exponent < 0 { '-' } else { '+' };
+            format!("{mantissa}e{sign}{:02}", exponent.abs())
+        }
+        None => rust,
+    }
+}
+
+fn progress_bar(len: u64) -> ProgressBar {
+    // Progress goes to stderr and only to a terminal: piped or CI output stays the table alone.
+    let target =
+        if std::io::stderr().is_terminal() { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
+    let bar = ProgressBar::with_draw_target(Some(len), target);
+    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed_precise} {msg}") {
+        bar.set_style(style);
+    }
+    bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::python_exp;
+
+    #[test]
+    fn relerr_is_written_like_python() {
+        assert_eq!(python_exp(0.0031), "3.1e-03");
+        assert_eq!(python_exp(0.0), "0.0e+00");
+        assert_eq!(python_exp(12.0), "1.2e+01");
+        assert_eq!(python_exp(f64::INFINITY), "inf");
+    }
+}
