@@ -1,1 +1,505 @@
-fn main() {}
+//! Project automation, run as `cargo xtask <task>` (an alias in .cargo/config.toml).
+//!
+//! * `kernels`: compile every kernel for every target, failing on any error,
+//!   warning or register spill. Installs nvcc 13.0 from PyPI wheels into
+//!   `.tools/cuda` when no nvcc is found (no CUDA install or GPU needed).
+//! * `ci`: what `.ci/run` runs: formatting, kernels, clippy, the test suite.
+//! * `bench [ARGS]`: `decode-attn bench --grid peers` on the default backend.
+//!
+//! Only the standard library, so that `cargo xtask` builds in seconds.
+
+use std::env;
+use std::ffi::OsStr;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+type Result<T, E = String> = std::result::Result<T, E>;
+
+const USAGE: &str = "usage: cargo xtask <task>
+
+tasks:
+  kernels       compile every kernel under kernels/ for every target (sm_80, sm_90 + PTX;
+                gfx90a, gfx942 once kernels/hip has sources); fails on any warning or spill
+  ci            cargo fmt --check, kernels, clippy -D warnings, cargo test --workspace
+  bench [ARGS]  decode-attn bench --grid peers on the default backend (ARGS are passed on)";
+
+/// The nvcc wheels, all from one CUDA release: 13.0 is what the GPU machine's driver runs.
+const NVCC_WHEELS: &[&str] = &[
+    "nvidia-cuda-nvcc==13.0.*",
+    "nvidia-nvvm==13.0.*",
+    "nvidia-cuda-crt==13.0.*",
+    "nvidia-cuda-runtime==13.0.*",
+    "nvidia-cuda-cccl==13.0.*",
+];
+/// SASS for these, plus PTX of the last so that newer GPUs JIT it.
+const CUDA_ARCHS: &[&str] = &["80", "90"];
+/// Code objects for these AMD targets (MI200 and MI300).
+const HIP_ARCHS: &[&str] = &["gfx90a", "gfx942"];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let outcome = match args.first().map(String::as_str) {
+        Some("kernels") if args.len() == 1 => kernels().map(|_| ()),
+        Some("ci") if args.len() == 1 => ci(),
+        Some("bench") => bench(&args[1..]),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        _ => Err(format!("unknown or malformed task {:?}\n\n{USAGE}", args.join(" "))),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    // xtask/ sits directly under the workspace root.
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(Path::to_path_buf).unwrap_or(manifest)
+}
+
+fn cargo() -> Command {
+    Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Runs `cmd` with inherited output; an error names the command.
+fn run(cmd: &mut Command) -> Result<()> {
+    let shown = format!("{cmd:?}");
+    let status = cmd.status().map_err(|err| format!("cannot run {shown}: {err}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{shown} failed ({status})"))
+    }
+}
+
+/// Runs `cmd` capturing its output; returns (success, stdout + stderr).
+fn capture(cmd: &mut Command) -> Result<(bool, String)> {
+    let shown = format!("{cmd:?}");
+    let output = cmd.output().map_err(|err| format!("cannot run {shown}: {err}"))?;
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    Ok((output.status.success(), text))
+}
+
+fn sources(dir: &Path, extensions: &[&str]) -> Result<Vec<PathBuf>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) => return Err(format!("cannot list {}: {err}", dir.display())),
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().and_then(OsStr::to_str).is_some_and(|ext| extensions.contains(&ext)))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+// ---------------------------------------------------------------- kernels
+
+/// What `kernels` found, for `ci` to hand on to the cargo builds.
+struct KernelTools {
+    nvcc: Option<PathBuf>,
+}
+
+fn kernels() -> Result<KernelTools> {
+    let root = workspace_root();
+    let nvcc = compile_cuda_kernels(&root)?;
+    compile_hip_kernels(&root)?;
+    Ok(KernelTools { nvcc })
+}
+
+/// Where nvcc is looked for, in the order `crates/cuda/build.rs` looks, so that
+/// this task and the build compile with the same compiler.
+fn find_nvcc(root: &Path) -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(path) = env::var_os("DECODE_ATTN_NVCC") {
+        candidates.push(path.into());
+    }
+    candidates.push(tools_nvcc(root));
+    if let Some(home) = env::var_os("CUDA_HOME") {
+        candidates.push(PathBuf::from(home).join("bin/nvcc"));
+    }
+    candidates.push("/usr/local/cuda/bin/nvcc".into());
+    if let Some(path) = env::var_os("PATH") {
+        candidates.extend(env::split_paths(&path).map(|dir| dir.join("nvcc")));
+    }
+    candidates.into_iter().find(|c| c.is_file())
+}
+
+fn tools_nvcc(root: &Path) -> PathBuf {
+    root.join(".tools/cuda/nvidia/cu13/bin/nvcc")
+}
+
+/// Installs nvcc 13.0 from PyPI's wheels into `.tools/cuda`: pip downloads
+/// them, they are unpacked into one prefix (the wheels are plain zips), and the
+/// executables get back the mode bits zip extraction drops.
+fn install_nvcc(root: &Path) -> Result<PathBuf> {
+    let tools = root.join(".tools");
+    let staging = tools.join("cuda.partial");
+    let wheels = tools.join("cuda-wheels");
+    println!("kernels: no nvcc found; installing CUDA 13.0 nvcc from PyPI wheels into .tools/cuda");
+    let _ = fs::remove_dir_all(&staging);
+    fs::create_dir_all(&wheels).map_err(|err| format!("cannot create {}: {err}", wheels.display()))?;
+    let python = env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    run(Command::new(&python)
+        .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest"])
+        .arg(&wheels)
+        .args(NVCC_WHEELS))
+    .map_err(|err| format!("{err}\n(pip is needed: apt-get install python3-pip, or set PYTHON)"))?;
+    for wheel in sources(&wheels, &["whl"])? {
+        // Only the 13.0 wheels: an older download left in the folder must not mix in.
+        let name = wheel.file_name().and_then(OsStr::to_str).unwrap_or_default();
+        if !name.contains("-13.0.") {
+            continue;
+        }
+        run(Command::new(&python).args(["-m", "zipfile", "-e"]).arg(&wheel).arg(&staging))?;
+    }
+    let prefix = staging.join("nvidia/cu13");
+    for dir in ["bin", "nvvm/bin"] {
+        let dir = prefix.join(dir);
+        let entries = fs::read_dir(&dir).map_err(|err| format!("the wheels gave no {}: {err}", dir.display()))?;
+        for entry in entries.flatten() {
+            set_executable(&entry.path())?;
+        }
+    }
+    let target = tools.join("cuda");
+    let _ = fs::remove_dir_all(&target);
+    // Renamed into place only when complete, so an interrupted install is retried.
+    fs::rename(&staging, &target).map_err(|err| format!("cannot move the install into place: {err}"))?;
+    // pip keeps its own download cache; the unpacked prefix is all that is needed.
+    let _ = fs::remove_dir_all(&wheels);
+    let nvcc = tools_nvcc(root);
+    if nvcc.is_file() {
+        Ok(nvcc)
+    } else {
+        Err(format!("the wheels installed no {}", nvcc.display()))
+    }
+}
+
+#[cfg(unix)]
+fn set_executable(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if path.is_file() {
+        fs::set_permissions(path, fs::Permissions::from_mode(0o755))
+            .map_err(|err| format!("cannot chmod {}: {err}", path.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn set_executable(_path: &Path) -> Result<()> {
+    Ok(())
+}
+
+/// One entry function's ptxas report.
+#[derive(Debug, Default, PartialEq)]
+struct PtxasEntry {
+    function: String,
+    arch: String,
+    registers: u32,
+    spill_stores: u32,
+    spill_loads: u32,
+}
+
+/// Parses `-Xptxas -v` output: "Compiling entry function 'f' for 'sm_90'",
+/// then "N bytes spill stores, M bytes spill loads" and "Used R registers".
+fn parse_ptxas(log: &str) -> Vec<PtxasEntry> {
+    let mut entries: Vec<PtxasEntry> = Vec::new();
+    let number_before = |line: &str, what: &str| -> Option<u32> {
+        let end = line.find(what)?;
+        line[..end].split_whitespace().last()?.parse().ok()
+    };
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            let mut parts = rest.split('\'');
+            let function = parts.next().unwrap_or_default().to_string();
+            let arch = parts.nth(1).unwrap_or_default().to_string();
+            entries.push(PtxasEntry { function, arch, ..Default::default() });
+        } else if let Some(entry) = entries.last_mut() {
+            if let Some(n) = number_before(line, "bytes spill stores") {
+                entry.spill_stores = n;
+            }
+            if let Some(n) = number_before(line, "bytes spill loads") {
+                entry.spill_loads = n;
+            }
+            if let Some(n) = number_before(line, "registers") {
+                entry.registers = n;
+            }
+        }
+    }
+    entries
+}
+
+fn compile_cuda_kernels(root: &Path) -> Result<Option<PathBuf>> {
+    let dir = root.join("kernels/cuda");
+    let files = sources(&dir, &["cu"])?;
+    if files.is_empty() {
+        println!("kernels/cuda: no .cu sources, nothing to compile");
+        return Ok(None);
+    }
+    let nvcc = match find_nvcc(root) {
+        Some(nvcc) => nvcc,
+        None => install_nvcc(root)?,
+    };
+    let (_, version) = capture(Command::new(&nvcc).arg("--version"))?;
+    let release = version.lines().find(|l| l.contains("release")).unwrap_or("version unknown").trim().to_string();
+    println!("kernels/cuda: {} ({release})", nvcc.display());
+    let out_dir = root.join("target/kernels/cuda");
+    fs::create_dir_all(&out_dir).map_err(|err| format!("cannot create {}: {err}", out_dir.display()))?;
+    let mut failed = Vec::new();
+    for file in &files {
+        let started = Instant::now();
+        let stem = file.file_stem().and_then(OsStr::to_str).unwrap_or("kernel");
+        let mut cmd = Command::new(&nvcc);
+        cmd.args(["-std=c++17", "-O3", "--fatbin", "-Werror", "all-warnings", "-Xptxas", "-v", "--threads", "0"]);
+        for arch in CUDA_ARCHS {
+            cmd.arg(format!("-gencode=arch=compute_{arch},code=sm_{arch}"));
+        }
+        if let Some(newest) = CUDA_ARCHS.last() {
+            cmd.arg(format!("-gencode=arch=compute_{newest},code=compute_{newest}"));
+        }
+        // The PyPI wheels keep the CCCL headers (cuda/std/...) in their own folder.
+        if let Some(prefix) = nvcc.parent().and_then(Path::parent) {
+            let cccl = prefix.join("include/cccl");
+            if cccl.is_dir() {
+                cmd.arg(format!("-I{}", cccl.display()));
+            }
+        }
+        cmd.arg(format!("-I{}", dir.display())).arg(file).arg("-o").arg(out_dir.join(format!("{stem}.fatbin")));
+        let (ok, log) = capture(&mut cmd)?;
+        let entries = parse_ptxas(&log);
+        let spills: Vec<String> = entries
+            .iter()
+            .filter(|e| e.spill_stores > 0 || e.spill_loads > 0)
+            .map(|e| {
+                format!(
+                    "{} ({}): {} B spill stores, {} B spill loads",
+                    e.function, e.arch, e.spill_stores, e.spill_loads
+                )
+            })
+            .collect();
+        let warnings: Vec<&str> = log.lines().filter(|l| l.to_ascii_lowercase().contains("warning")).collect();
+        let name = file.file_name().and_then(OsStr::to_str).unwrap_or(stem);
+        let seconds = started.elapsed().as_secs_f64();
+        if !ok || !spills.is_empty() || !warnings.is_empty() {
+            println!("{name}: FAILED after {seconds:.1} s");
+            if !ok {
+                // The compiler's own messages, without ptxas's per-function chatter.
+                for line in log.lines().filter(|l| !l.starts_with("ptxas info") && !l.starts_with("    ")) {
+                    println!("    {line}");
+                }
+            }
+            for line in warnings.iter().map(|w| w.to_string()).chain(spills) {
+                println!("    {line}");
+            }
+            failed.push(name.to_string());
+            continue;
+        }
+        let archs: Vec<&str> = {
+            let mut a: Vec<&str> = entries.iter().map(|e| e.arch.as_str()).collect();
+            a.sort();
+            a.dedup();
+            a
+        };
+        let max_registers = entries.iter().map(|e| e.registers).max().unwrap_or(0);
+        println!(
+            "{name}: ok in {seconds:.1} s; {} entry functions x {} ({}), PTX compute_{}; max {max_registers} registers, \
+             no spills, no warnings",
+            entries.len() / archs.len().max(1),
+            archs.len(),
+            archs.join(", "),
+            CUDA_ARCHS.last().unwrap_or(&"?")
+        );
+    }
+    if failed.is_empty() {
+        Ok(Some(nvcc))
+    } else {
+        Err(format!("kernels/cuda: {} failed: {}", failed.len(), failed.join(", ")))
+    }
+}
+
+/// HIP kernels (`kernels/hip/*.hip` or `*.cpp`), compiled device-only for each
+/// of [`HIP_ARCHS`] with clang: Debian's clang-19 knows gfx942, which its
+/// hipcc 5.2 does not. Installs clang-19 and lld-19 with apt only when there is
+/// something to compile and no clang-19 yet.
+fn compile_hip_kernels(root: &Path) -> Result<()> {
+    let dir = root.join("kernels/hip");
+    let files = sources(&dir, &["hip", "cpp"])?;
+    if files.is_empty() {
+        println!("kernels/hip: no .hip or .cpp sources, nothing to compile");
+        return Ok(());
+    }
+    let clang = match which("clang-19") {
+        Some(clang) => clang,
+        None => {
+            println!("kernels/hip: installing clang-19 and lld-19 (Debian) to compile for {}", HIP_ARCHS.join(", "));
+            run(Command::new("apt-get").arg("update").arg("-qq"))?;
+            run(Command::new("apt-get").args(["install", "-y", "-qq", "clang-19", "lld-19", "libamdhip64-dev"]))?;
+            which("clang-19").ok_or("apt-get installed clang-19 but it is not on PATH")?
+        }
+    };
+    let device_libs = hip_device_libs(root)?;
+    let out_dir = root.join("target/kernels/hip");
+    fs::create_dir_all(&out_dir).map_err(|err| format!("cannot create {}: {err}", out_dir.display()))?;
+    let mut failed = Vec::new();
+    for file in &files {
+        let started = Instant::now();
+        let name = file.file_name().and_then(OsStr::to_str).unwrap_or("kernel").to_string();
+        let stem = file.file_stem().and_then(OsStr::to_str).unwrap_or("kernel");
+        let mut problems = Vec::new();
+        for arch in HIP_ARCHS {
+            let mut cmd = Command::new(&clang);
+            cmd.args(["-x", "hip", "-std=c++17", "-O3", "-Wall", "-Wextra", "-Werror", "--offload-device-only"])
+                .arg(format!("--offload-arch={arch}"))
+                .arg(format!("--rocm-device-lib-path={}", device_libs.display()))
+                .arg(format!("-I{}", dir.display()))
+                .arg(format!("-I{}", root.join("kernels/cuda").display()))
+                .arg("-c")
+                .arg(file)
+                .arg("-o")
+                .arg(out_dir.join(format!("{stem}.{arch}.hsaco")));
+            let (ok, log) = capture(&mut cmd)?;
+            if !ok || log.to_ascii_lowercase().contains("warning") {
+                problems.push(format!("{arch}:\n{log}"));
+            }
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        if problems.is_empty() {
+            println!("{name}: ok in {seconds:.1} s; {}", HIP_ARCHS.join(", "));
+        } else {
+            println!("{name}: FAILED after {seconds:.1} s");
+            for problem in problems {
+                println!("    {}", problem.replace('\n', "\n    "));
+            }
+            failed.push(name);
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("kernels/hip: {} failed: {}", failed.len(), failed.join(", ")))
+    }
+}
+
+/// A device-library folder for clang: Debian's ROCm bitcode, plus an
+/// `oclc_isa_version_942.bc` copied from the 940 one, which Debian's set lacks
+/// (the two differ only in the ISA version constant the libraries never read
+/// for code generation).
+fn hip_device_libs(root: &Path) -> Result<PathBuf> {
+    let folder = root.join(".tools/hip-device-libs");
+    if folder.join("oclc_isa_version_942.bc").is_file() {
+        return Ok(folder);
+    }
+    let candidates =
+        ["/usr/lib/x86_64-linux-gnu/amdgcn/bitcode", "/usr/lib/amdgcn/bitcode", "/opt/rocm/amdgcn/bitcode"];
+    let source =
+        candidates.iter().map(PathBuf::from).find(|dir| dir.join("oclc_isa_version_940.bc").is_file()).ok_or_else(
+            || {
+                format!(
+                    "no ROCm device libraries (oclc_isa_version_940.bc) in {}: apt-get install rocm-device-libs-17",
+                    candidates.join(", ")
+                )
+            },
+        )?;
+    fs::create_dir_all(&folder).map_err(|err| format!("cannot create {}: {err}", folder.display()))?;
+    for entry in fs::read_dir(&source).map_err(|err| format!("cannot list {}: {err}", source.display()))?.flatten() {
+        let path = entry.path();
+        if let Some(file_name) = path.file_name() {
+            fs::copy(&path, folder.join(file_name)).map_err(|err| format!("cannot copy {}: {err}", path.display()))?;
+        }
+    }
+    fs::copy(source.join("oclc_isa_version_940.bc"), folder.join("oclc_isa_version_942.bc"))
+        .map_err(|err| format!("cannot create oclc_isa_version_942.bc: {err}"))?;
+    Ok(folder)
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    let path = env::var_os("PATH")?;
+    env::split_paths(&path).map(|dir| dir.join(program)).find(|candidate| candidate.is_file())
+}
+
+// ---------------------------------------------------------------- ci, bench
+
+fn ci() -> Result<()> {
+    let root = workspace_root();
+    let started = Instant::now();
+    let step = |name: &str| println!("\n==> {name} ({:.0} s so far)", started.elapsed().as_secs_f64());
+
+    step("cargo fmt --all -- --check");
+    run(cargo().current_dir(&root).args(["fmt", "--all", "--", "--check"]))?;
+
+    // Kernels before the Rust builds: a kernel error fails fast, and the
+    // nvcc installed here lets crates/cuda embed compiled kernels.
+    step("cargo xtask kernels");
+    let tools = kernels()?;
+    let with_kernels = |cmd: &mut Command| {
+        if let Some(nvcc) = &tools.nvcc {
+            // crates/cuda/build.rs: use this nvcc, and fail rather than fall back to NVRTC.
+            cmd.env("DECODE_ATTN_NVCC", nvcc).env("DECODE_ATTN_REQUIRE_NVCC", "1");
+        }
+    };
+
+    step("cargo clippy --workspace --all-targets -- -D warnings");
+    let mut clippy = cargo();
+    clippy.current_dir(&root).args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]);
+    with_kernels(&mut clippy);
+    run(&mut clippy)?;
+
+    // The README's test command.
+    step("cargo test --workspace");
+    let mut test = cargo();
+    test.current_dir(&root).args(["test", "--workspace"]);
+    with_kernels(&mut test);
+    run(&mut test)?;
+
+    println!("\nci: all steps passed in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn bench(extra: &[String]) -> Result<()> {
+    run(cargo()
+        .current_dir(workspace_root())
+        .args(["run", "--release", "-p", "decode-attn-cli", "--", "bench", "--grid", "peers"])
+        .args(extra))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ptxas_verbose_output() {
+        let log = "\
+ptxas info    : Compiling entry function 'decode_attn_bf16_d128' for 'sm_90'
+ptxas info    : Function properties for decode_attn_bf16_d128
+    16 bytes stack frame, 28 bytes spill stores, 60 bytes spill loads
+ptxas info    : Used 128 registers, used 1 barriers, 42912 bytes smem
+ptxas info    : Compiling entry function 'merge_attn_states_f32' for 'sm_80'
+ptxas info    : Function properties for merge_attn_states_f32
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 31 registers, used 0 barriers, 416 bytes cmem[0]
+";
+        let entries = parse_ptxas(log);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(
+            entries[0],
+            PtxasEntry {
+                function: "decode_attn_bf16_d128".into(),
+                arch: "sm_90".into(),
+                registers: 128,
+                spill_stores: 28,
+                spill_loads: 60
+            }
+        );
+        assert_eq!((entries[1].registers, entries[1].spill_stores, entries[1].spill_loads), (31, 0, 0));
+    }
+}
