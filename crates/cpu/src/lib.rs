@@ -1,1 +1,23 @@
-//! placeholder
+//! decode-attn-cpu: the CPU backend of decode-attn, and the reference that
+//! judges every backend.
+//!
+//! * [`reference::decode_reference`]: decode attention in f64, plainly.
+//! * [`CpuBackend`]: implements [`decode_attn_core::DecodeAttention`] on host
+//!   memory ([`CpuBuffer`]). It validates every index and length on the host
+//!   before writing anything, then executes the plan exactly as the GPU
+//!   kernels do: work items `(sequence, KV head, split)` cut by
+//!   [`decode_attn_core::SplitRule::split`], run in parallel on rayon, each
+//!   serving all query heads of its KV head with an f32 online softmax; a
+//!   split plan writes partial states into the workspace
+//!   (`partial_acc [num_seqs, num_q_heads, num_splits, head_dim]`, then
+//!   `partial_ml [num_seqs, num_q_heads, num_splits, 2]`, max in log2 units,
+//!   as in `kernels/cuda/decode_params.h`) and reduces them.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod backend;
+mod kernel;
+pub mod reference;
+mod validate;
+
+pub use backend::{CpuBackend, CpuBuffer};

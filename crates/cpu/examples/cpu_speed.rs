@@ -1,0 +1,92 @@
+//! Hand-run bandwidth check of the CPU backend (not a test):
+//!
+//! ```text
+//! cargo run --release -p decode-attn-cpu --example cpu_speed [-- [--threads N] [--dtype DT] [SEQ_LEN...]]
+//! ```
+//!
+//! Decodes a llama3-8b layer (32 query heads, 8 KV heads, d 128, bf16, B = 1)
+//! under several policies and prints the KV streaming rate against the
+//! machine's copy bandwidth (bytes read plus written, as `bench` counts it).
+
+use decode_attn_core::synth::{i32_bytes, HostBatch, HostIndex};
+use decode_attn_core::{
+    AttentionShape, DType, DTypes, DecodeArgs, DecodeAttention, DecodeProblem, KvIndexBuffers, KvLayout, Policy,
+};
+use decode_attn_cpu::{CpuBackend, CpuBuffer};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut lens: Vec<u32> = Vec::new();
+    let mut threads = None;
+    let mut dtypes = vec![DType::Bf16, DType::F16, DType::F32];
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--threads" => threads = Some(args.next().ok_or("--threads N")?.parse()?),
+            "--dtype" => dtypes = vec![args.next().ok_or("--dtype DT")?.parse()?],
+            _ => lens.push(arg.parse()?),
+        }
+    }
+    let lens = if lens.is_empty() { vec![16384, 65536] } else { lens };
+    let backend = match threads {
+        Some(n) => CpuBackend::with_threads(n)?,
+        None => CpuBackend::new(),
+    };
+    let copy = backend.copy_bandwidth_gbps(256 << 20)?;
+    println!(
+        "{} [{}]: copy bandwidth {copy:.1} GB/s (256 MiB, read + write)",
+        backend.device_props().name,
+        backend.instruction_set()
+    );
+    for &dtype in &dtypes {
+        for &s in &lens {
+            let problem = DecodeProblem::new(
+                AttentionShape::new(32, 8, 128)?,
+                DTypes::uniform(dtype),
+                KvLayout::block_table(16),
+                vec![s],
+            )?;
+            let batch = HostBatch::random(&problem, 1);
+            let HostIndex::BlockTable { table, max_blocks_per_seq } = &batch.index else { unreachable!() };
+            let q = CpuBuffer::from_bytes(batch.q.clone());
+            let k = CpuBuffer::from_bytes(batch.k_cache.clone());
+            let v = CpuBuffer::from_bytes(batch.v_cache.clone());
+            let lens = CpuBuffer::from_bytes(i32_bytes(&batch.seq_lens));
+            let table = CpuBuffer::from_bytes(i32_bytes(table));
+            for policy in [Policy::Auto, Policy::Fixed { splits: 1 }, Policy::Vllm { batch_invariant: false }] {
+                let plan = backend.plan(&problem, policy)?;
+                let mut workspace = backend.alloc(plan.workspace_bytes as usize)?;
+                let mut out = backend.alloc(problem.out_bytes())?;
+                let us = backend.time_us(
+                    &mut || {
+                        backend.decode(
+                            &plan,
+                            DecodeArgs {
+                                q: &q,
+                                k_cache: &k,
+                                v_cache: &v,
+                                seq_lens: &lens,
+                                kv_index: KvIndexBuffers::BlockTable {
+                                    table: &table,
+                                    max_blocks_per_seq: *max_blocks_per_seq,
+                                },
+                                workspace: &mut workspace,
+                                out: &mut out,
+                                softmax_scale: None,
+                            },
+                        )
+                    },
+                    2,
+                    10,
+                )?;
+                let gbps = plan.kv_bytes as f64 / us / 1e3;
+                println!(
+                    "{dtype:>4} s={s:>6} {:<8} splits {:>2}: {us:>9.1} us  {gbps:>6.1} GB/s  {:>5.1}% of copy",
+                    policy.to_string(),
+                    plan.num_splits,
+                    100.0 * gbps / copy
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,487 @@
+//! [`CpuBackend`]: the plan executed on host memory with rayon.
+
+use std::time::Instant;
+
+use decode_attn_core::merge::merge_state;
+use decode_attn_core::{
+    DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, MergeArgs, Plan, Result, SplitRule,
+};
+use rayon::prelude::*;
+
+use crate::kernel::{self, Elt, Isa, Scratch, State, Work};
+use crate::validate::{self, Index};
+
+const BACKEND: &str = "cpu";
+
+/// Host memory: the CPU backend's buffer type.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CpuBuffer(pub Vec<u8>);
+
+impl CpuBuffer {
+    pub fn from_bytes(bytes: Vec<u8>) -> CpuBuffer {
+        CpuBuffer(bytes)
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+}
+
+impl DeviceBuffer for CpuBuffer {
+    fn len_bytes(&self) -> usize {
+        self.0.len()
+    }
+}
+
+#[derive(Debug)]
+enum Pool {
+    /// rayon's global pool.
+    Global,
+    Own(rayon::ThreadPool),
+}
+
+impl Pool {
+    fn install<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        match self {
+            Pool::Global => work(),
+            Pool::Own(pool) => pool.install(work),
+        }
+    }
+}
+
+/// Decode attention on the CPU: validates every index on the host, then runs
+/// the plan's work items on rayon (see the crate docs).
+#[derive(Debug)]
+pub struct CpuBackend {
+    pool: Pool,
+    props: DeviceProps,
+    isa: Isa,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        CpuBackend::new()
+    }
+}
+
+impl CpuBackend {
+    /// Streaming bandwidth the planner's cost model assumes for a CPU, GB/s.
+    pub const MEM_BANDWIDTH_GBPS: f64 = 10.0;
+    /// Cost of the split's reduce as the planner sees it, microseconds.
+    pub const LAUNCH_OVERHEAD_US: f64 = 5.0;
+
+    /// On rayon's global pool.
+    pub fn new() -> CpuBackend {
+        CpuBackend::build(Pool::Global, rayon::current_num_threads())
+    }
+
+    /// On a pool of its own with `threads` workers (at least one).
+    pub fn with_threads(threads: usize) -> Result<CpuBackend> {
+        let threads = threads.max(1);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| Error::Device {
+            backend: BACKEND,
+            message: format!("cannot start a pool of {threads} threads: {e}"),
+        })?;
+        Ok(CpuBackend::build(Pool::Own(pool), threads))
+    }
+
+    fn build(pool: Pool, threads: usize) -> CpuBackend {
+        let threads = threads.max(1);
+        let props = DeviceProps {
+            name: format!("CPU ({threads} threads)"),
+            num_sms: u32::try_from(threads).unwrap_or(u32::MAX),
+            ctas_per_sm: 1,
+            mem_bandwidth_gbps: Self::MEM_BANDWIDTH_GBPS,
+            launch_overhead_us: Self::LAUNCH_OVERHEAD_US,
+        };
+        CpuBackend { pool, props, isa: Isa::detect() }
+    }
+
+    /// The same backend restricted to portable code (no run-time selected
+    /// SIMD path): for tests that compare the two, and for debugging.
+    pub fn portable(mut self) -> CpuBackend {
+        self.isa = Isa::Portable;
+        self
+    }
+
+    /// Worker threads.
+    pub fn threads(&self) -> usize {
+        self.props.num_sms as usize
+    }
+
+    /// The instruction set the hot loop was compiled for: "avx2+fma" or "portable".
+    pub fn instruction_set(&self) -> &'static str {
+        self.isa.name()
+    }
+}
+
+fn elts(problem: &DecodeProblem) -> Result<(Elt, Elt, Elt)> {
+    let t = problem.dtypes;
+    match (Elt::of(t.q), Elt::of(t.kv), Elt::of(t.out)) {
+        (Some(q), Some(kv), Some(out)) => Ok((q, kv, out)),
+        _ => Err(Error::UnsupportedDTypes {
+            backend: BACKEND,
+            q: t.q,
+            kv: t.kv,
+            out: t.out,
+            why: "the CPU backend reads and writes f32, f16 and bf16 only",
+        }),
+    }
+}
+
+fn alloc_zeroed(bytes: usize) -> Result<Vec<u8>> {
+    let mut buffer = Vec::new();
+    buffer.try_reserve_exact(bytes).map_err(|_| Error::Device {
+        backend: BACKEND,
+        message: format!("cannot allocate {bytes} bytes of host memory"),
+    })?;
+    buffer.resize(bytes, 0);
+    Ok(buffer)
+}
+
+fn put_f32s(dst: &mut [u8], src: &[f32]) {
+    for (d, s) in dst.chunks_exact_mut(4).zip(src) {
+        d.copy_from_slice(&s.to_le_bytes());
+    }
+}
+
+impl DecodeAttention for CpuBackend {
+    type Buffer = CpuBuffer;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn device_props(&self) -> &DeviceProps {
+        &self.props
+    }
+
+    fn supports(&self, problem: &DecodeProblem) -> Result<()> {
+        problem.validate()?;
+        elts(problem).map(|_| ())
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<CpuBuffer> {
+        alloc_zeroed(bytes).map(CpuBuffer)
+    }
+
+    fn upload(&self, dst: &mut CpuBuffer, src: &[u8]) -> Result<()> {
+        if dst.0.len() != src.len() {
+            return Err(Error::BufferSize { name: "upload source", expected: dst.0.len(), actual: src.len() });
+        }
+        dst.0.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn download(&self, src: &CpuBuffer, dst: &mut [u8]) -> Result<()> {
+        if dst.len() != src.0.len() {
+            return Err(Error::BufferSize { name: "download destination", expected: src.0.len(), actual: dst.len() });
+        }
+        dst.copy_from_slice(&src.0);
+        Ok(())
+    }
+
+    fn decode(&self, plan: &Plan, args: DecodeArgs<'_, CpuBuffer>) -> Result<()> {
+        // The problem first: `check` divides by sizes that only a valid problem makes non-zero.
+        self.supports(&plan.problem)?;
+        let checked = args.check(plan)?;
+        let (q_elt, kv_elt, out_elt) = elts(&plan.problem)?;
+        let shape = plan.problem.shape;
+        let split = plan.use_split && plan.rule.num_splits > 1;
+        let num_splits = if split { plan.rule.num_splits as usize } else { 1 };
+        let num_seqs = plan.problem.num_seqs();
+        // The workspace this execution touches, whatever the plan's own figure says.
+        let needed = if split { num_seqs * shape.num_q_heads * num_splits * (shape.head_dim + 2) * 4 } else { 0 };
+        if args.workspace.len_bytes() < needed {
+            return Err(Error::WorkspaceTooSmall { needed, actual: args.workspace.len_bytes() });
+        }
+        let (seq_lens, index) = validate::validate(plan, args.seq_lens, &args.kv_index, &checked)?;
+
+        // Nothing has been written so far; from here on nothing fails.
+        let exec = Exec {
+            isa: self.isa,
+            q: args.q.as_bytes(),
+            k: args.k_cache.as_bytes(),
+            v: args.v_cache.as_bytes(),
+            q_elt,
+            kv_elt,
+            out_elt,
+            num_kv_heads: shape.num_kv_heads,
+            num_q_heads: shape.num_q_heads,
+            head_dim: shape.head_dim,
+            group: shape.group_size(),
+            scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
+            seq_lens,
+            index,
+            rule: plan.rule,
+        };
+        let out = args.out.as_bytes_mut();
+        let workspace = args.workspace.as_bytes_mut();
+        self.pool.install(|| if split { exec.run_split(out, workspace, num_splits) } else { exec.run_unsplit(out) });
+        Ok(())
+    }
+
+    fn merge_attn_states(&self, args: MergeArgs<'_, CpuBuffer>) -> Result<()> {
+        args.check()?;
+        let elt = Elt::of(args.dtype).ok_or(Error::UnsupportedDTypes {
+            backend: BACKEND,
+            q: args.dtype,
+            kv: args.dtype,
+            out: args.dtype,
+            why: "the CPU backend merges f32, f16 and bf16 states only",
+        })?;
+        let d = args.head_dim;
+        let rows = args.num_tokens * args.num_heads;
+        let row_bytes = d * elt.size();
+        let prefix_lse = validate::read_f32s(args.prefix_lse.as_bytes());
+        let suffix_lse = validate::read_f32s(args.suffix_lse.as_bytes());
+        let (prefix, suffix) = (args.prefix.as_bytes(), args.suffix.as_bytes());
+        let mut lses = vec![f32::NEG_INFINITY; rows];
+        let out = args.out.as_bytes_mut();
+        self.pool.install(|| {
+            if row_bytes == 0 {
+                for (r, lse) in lses.iter_mut().enumerate() {
+                    *lse = merge_state(&mut [], &[], prefix_lse[r], &[], suffix_lse[r]);
+                }
+                return;
+            }
+            out.par_chunks_mut(row_bytes).zip(lses.par_iter_mut()).enumerate().for_each_init(
+                || (vec![0.0f32; d], vec![0.0f32; d], vec![0.0f32; d]),
+                |(a, b, o), (r, (out, lse))| {
+                    elt.decode(&prefix[r * row_bytes..(r + 1) * row_bytes], a);
+                    elt.decode(&suffix[r * row_bytes..(r + 1) * row_bytes], b);
+                    *lse = merge_state(o, a, prefix_lse[r], b, suffix_lse[r]);
+                    elt.encode(o, out);
+                },
+            );
+        });
+        if let Some(out_lse) = args.out_lse {
+            put_f32s(out_lse.as_bytes_mut(), &lses);
+        }
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn time_us(&self, work: &mut dyn FnMut() -> Result<()>, warmup: usize, reps: usize) -> Result<f64> {
+        for _ in 0..warmup {
+            work()?;
+        }
+        let reps = reps.max(1);
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let start = Instant::now();
+            work()?;
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
+    }
+
+    fn copy_bandwidth_gbps(&self, bytes: usize) -> Result<f64> {
+        let bytes = bytes.max(1);
+        let src = {
+            let mut src = alloc_zeroed(bytes)?;
+            src.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+            src
+        };
+        let mut dst = alloc_zeroed(bytes)?;
+        dst.copy_from_slice(&src); // faults the destination's pages in
+        let reps = (1usize << 28).div_ceil(bytes).clamp(3, 50);
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let start = Instant::now();
+            dst.copy_from_slice(std::hint::black_box(&src));
+            std::hint::black_box(&mut dst);
+            times.push(start.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        let seconds = times[times.len() / 2].max(1e-9);
+        Ok(2.0 * bytes as f64 / seconds / 1e9)
+    }
+}
+
+/// One validated decode call, ready to run.
+struct Exec<'a> {
+    isa: Isa,
+    q: &'a [u8],
+    k: &'a [u8],
+    v: &'a [u8],
+    q_elt: Elt,
+    kv_elt: Elt,
+    out_elt: Elt,
+    num_kv_heads: usize,
+    num_q_heads: usize,
+    head_dim: usize,
+    group: usize,
+    /// `softmax_scale * log2(e)`: scores are kept in log2 units.
+    scale_log2: f32,
+    seq_lens: Vec<u32>,
+    index: Index,
+    rule: SplitRule,
+}
+
+/// Per-thread buffers of the unsplit path.
+struct Worker {
+    q: Vec<f32>,
+    state: State,
+    scratch: Scratch,
+    row: Vec<f32>,
+}
+
+impl Exec<'_> {
+    fn worker(&self) -> Worker {
+        Worker {
+            q: vec![0.0; self.group * self.head_dim],
+            state: State::new(self.group, self.head_dim),
+            scratch: Scratch::new(self.group, self.head_dim),
+            row: vec![0.0; self.head_dim],
+        }
+    }
+
+    /// Bytes of the output (or of Q) of one `(sequence, KV head)` group.
+    fn group_bytes(&self, elt: Elt) -> usize {
+        self.group * self.head_dim * elt.size()
+    }
+
+    /// The group's queries, scaled into log2 units.
+    fn load_q(&self, seq: usize, kv_head: usize, dst: &mut [f32]) {
+        let offset = (seq * self.num_q_heads + kv_head * self.group) * self.head_dim * self.q_elt.size();
+        self.q_elt.decode(&self.q[offset..offset + self.group_bytes(self.q_elt)], dst);
+        dst.iter_mut().for_each(|x| *x *= self.scale_log2);
+    }
+
+    fn attend(
+        &self,
+        seq: usize,
+        kv_head: usize,
+        range: (usize, usize),
+        q: &[f32],
+        state: &mut State,
+        scratch: &mut Scratch,
+    ) {
+        let work = Work {
+            k: self.k,
+            v: self.v,
+            slot_elems: self.num_kv_heads * self.head_dim,
+            kv_head,
+            head_dim: self.head_dim,
+            slots: self.index.slots(seq),
+            start: range.0,
+            end: range.1,
+            q,
+        };
+        kernel::attend(self.isa, self.kv_elt, &work, state, scratch);
+    }
+
+    /// One work item per `(sequence, KV head)`, normalised output written directly.
+    fn run_unsplit(&self, out: &mut [u8]) {
+        let d = self.head_dim;
+        let out_row = d * self.out_elt.size();
+        out.par_chunks_mut(self.group_bytes(self.out_elt)).enumerate().for_each_init(
+            || self.worker(),
+            |w, (item, out)| {
+                let (seq, kv_head) = (item / self.num_kv_heads, item % self.num_kv_heads);
+                let len = self.seq_lens[seq] as usize;
+                if len == 0 {
+                    out.fill(0);
+                    return;
+                }
+                self.load_q(seq, kv_head, &mut w.q);
+                w.state.reset();
+                self.attend(seq, kv_head, (0, len), &w.q, &mut w.state, &mut w.scratch);
+                for (h, out) in out.chunks_exact_mut(out_row).enumerate() {
+                    let inv = 1.0 / w.state.l[h];
+                    for (r, &a) in w.row.iter_mut().zip(&w.state.acc[h * d..(h + 1) * d]) {
+                        *r = a * inv;
+                    }
+                    self.out_elt.encode(&w.row, out);
+                }
+            },
+        );
+    }
+
+    /// Work items `(sequence, KV head, split)`; partial states go to the
+    /// workspace in the layout of `decode_params.h`, then each `(sequence, KV
+    /// head)` group's heads are reduced from there over their active splits.
+    fn run_split(&self, out: &mut [u8], workspace: &mut [u8], num_splits: usize) {
+        let (g, d) = (self.group, self.head_dim);
+        let rows = self.seq_lens.len() * self.num_q_heads * num_splits;
+        let (acc_ws, rest) = workspace.split_at_mut(rows * d * 4);
+        let ml_ws = &mut rest[..rows * 2 * 4];
+        out.par_chunks_mut(self.group_bytes(self.out_elt))
+            .zip(acc_ws.par_chunks_mut(g * num_splits * d * 4))
+            .zip(ml_ws.par_chunks_mut(g * num_splits * 2 * 4))
+            .enumerate()
+            .for_each(|(item, ((out, acc_ws), ml_ws))| {
+                let (seq, kv_head) = (item / self.num_kv_heads, item % self.num_kv_heads);
+                let split = self.rule.split(self.seq_lens[seq]);
+                let active = split.active_splits as usize;
+                if active == 0 {
+                    out.fill(0);
+                    return;
+                }
+                let states: Vec<State> = (0..active)
+                    .into_par_iter()
+                    .map_init(
+                        || (vec![0.0f32; g * d], Scratch::new(g, d)),
+                        |(q, scratch), j| {
+                            let (start, end) = split.token_range(j as u32);
+                            self.load_q(seq, kv_head, q);
+                            let mut state = State::new(g, d);
+                            self.attend(seq, kv_head, (start as usize, end as usize), q, &mut state, scratch);
+                            state
+                        },
+                    )
+                    .collect();
+                for (j, state) in states.iter().enumerate() {
+                    for h in 0..g {
+                        let row = h * num_splits + j;
+                        put_f32s(&mut acc_ws[row * d * 4..(row + 1) * d * 4], &state.acc[h * d..(h + 1) * d]);
+                        put_f32s(&mut ml_ws[row * 8..(row + 1) * 8], &[state.m[h], state.l[h]]);
+                    }
+                }
+                drop(states);
+                self.reduce(out, acc_ws, ml_ws, num_splits, active);
+            });
+    }
+
+    /// Merges the `active` partial states of each head of one group, read back
+    /// from the workspace, with one division per head.
+    fn reduce(&self, out: &mut [u8], acc_ws: &[u8], ml_ws: &[u8], num_splits: usize, active: usize) {
+        let d = self.head_dim;
+        let mut ml = vec![0.0f32; 2 * active];
+        let mut partial = vec![0.0f32; d];
+        let mut sum = vec![0.0f32; d];
+        let out_row = d * self.out_elt.size();
+        for (h, out) in out.chunks_exact_mut(out_row).enumerate() {
+            let first = h * num_splits;
+            Elt::F32.decode(&ml_ws[first * 8..(first + active) * 8], &mut ml);
+            let m_max = ml.chunks_exact(2).fold(f32::NEG_INFINITY, |m, s| m.max(s[0]));
+            let mut total = 0.0f32;
+            sum.fill(0.0);
+            for (j, s) in ml.chunks_exact(2).enumerate() {
+                let weight = (s[0] - m_max).exp2();
+                total += weight * s[1];
+                let row = first + j;
+                Elt::F32.decode(&acc_ws[row * d * 4..(row + 1) * d * 4], &mut partial);
+                for (o, &p) in sum.iter_mut().zip(&partial) {
+                    *o += weight * p;
+                }
+            }
+            let inv = 1.0 / total;
+            sum.iter_mut().for_each(|o| *o *= inv);
+            self.out_elt.encode(&sum, out);
+        }
+    }
+}

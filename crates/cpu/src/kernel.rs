@@ -1,0 +1,528 @@
+//! The hot loop: one work item `(sequence, KV head, split)` over its token
+//! range, for all `g` query heads of that KV head (GQA packing: each K and V
+//! row is read and decoded once, then used by every head of the group).
+//!
+//! Tokens go 16 at a time (one tile, [`TILE_TOKENS`]): the tile's K rows are
+//! decoded into an f32 scratch tile, `g * 16` scores are taken, the online
+//! softmax state (running max `m` in log2 units, sum `l`, unnormalised `acc`)
+//! is rescaled once per tile, and the V tile is accumulated with the
+//! accumulator columns held in registers across the tile's 16 rows.
+//!
+//! Everything is written as plain loops over fixed-width chunks that LLVM
+//! vectorises. On x86-64 CPUs with AVX2 and FMA the same generic code is
+//! compiled a second time with those features enabled (see [`Isa`]).
+
+use decode_attn_core::{DType, TILE_TOKENS};
+
+pub(crate) const TILE: usize = TILE_TOKENS as usize;
+
+/// The element types this backend reads and writes, resolved once per call so
+/// that the hot loop matches on a closed set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Elt {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl Elt {
+    pub(crate) fn of(dtype: DType) -> Option<Elt> {
+        match dtype {
+            DType::F32 => Some(Elt::F32),
+            DType::F16 => Some(Elt::F16),
+            DType::Bf16 => Some(Elt::Bf16),
+            _ => None,
+        }
+    }
+
+    pub(crate) const fn size(self) -> usize {
+        match self {
+            Elt::F32 => 4,
+            Elt::F16 | Elt::Bf16 => 2,
+        }
+    }
+
+    /// Decodes `dst.len()` elements from the front of `src`.
+    pub(crate) fn decode(self, src: &[u8], dst: &mut [f32]) {
+        match self {
+            Elt::F32 => F32::decode(src, dst),
+            Elt::F16 => F16::decode(src, dst),
+            Elt::Bf16 => Bf16::decode(src, dst),
+        }
+    }
+
+    /// Encodes `src` into the front of `dst` (round to nearest even).
+    pub(crate) fn encode(self, src: &[f32], dst: &mut [u8]) {
+        match self {
+            Elt::F32 => {
+                for (d, &s) in dst.chunks_exact_mut(4).zip(src) {
+                    d.copy_from_slice(&s.to_le_bytes());
+                }
+            }
+            Elt::F16 => {
+                for (d, &s) in dst.chunks_exact_mut(2).zip(src) {
+                    d.copy_from_slice(&half::f16::from_f32(s).to_le_bytes());
+                }
+            }
+            Elt::Bf16 => {
+                for (d, &s) in dst.chunks_exact_mut(2).zip(src) {
+                    d.copy_from_slice(&half::bf16::from_f32(s).to_le_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// Decoding of one KV element type, inlined into the hot loop.
+pub(crate) trait Elem {
+    const SIZE: usize;
+    fn decode(src: &[u8], dst: &mut [f32]);
+}
+
+pub(crate) struct F32;
+pub(crate) struct F16;
+pub(crate) struct Bf16;
+
+impl Elem for F32 {
+    const SIZE: usize = 4;
+    #[inline(always)]
+    fn decode(src: &[u8], dst: &mut [f32]) {
+        for (o, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
+            *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        }
+    }
+}
+
+impl Elem for Bf16 {
+    const SIZE: usize = 2;
+    #[inline(always)]
+    fn decode(src: &[u8], dst: &mut [f32]) {
+        for (o, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
+            // bf16 is the top half of an f32.
+            *o = f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
+        }
+    }
+}
+
+impl Elem for F16 {
+    const SIZE: usize = 2;
+    #[inline(always)]
+    fn decode(src: &[u8], dst: &mut [f32]) {
+        for (o, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
+            *o = f16_bits_to_f32(u16::from_le_bytes([c[0], c[1]]));
+        }
+    }
+}
+
+/// IEEE binary16 to f32, exactly, in branch-free integer and float operations
+/// that vectorise: the exponent and mantissa are moved into f32 position and
+/// rebiased by a multiplication with 2^112 (exact, and right for subnormals
+/// too); infinities and NaNs get the all-ones exponent instead.
+#[inline(always)]
+pub(crate) fn f16_bits_to_f32(h: u16) -> f32 {
+    let h = h as u32;
+    let sign = (h & 0x8000) << 16;
+    let em = h & 0x7fff;
+    let shifted = em << 13;
+    const TWO_POW_112: f32 = f32::from_bits(0x7780_0000);
+    let magnitude =
+        if em >= 0x7c00 { f32::from_bits(shifted | 0x7f80_0000) } else { f32::from_bits(shifted) * TWO_POW_112 };
+    f32::from_bits(magnitude.to_bits() | sign)
+}
+
+/// How `a * b + c` is computed.
+pub(crate) trait Arith {
+    fn fma(a: f32, b: f32, c: f32) -> f32;
+}
+
+/// A multiply and an add: what every x86-64 and every other target has.
+pub(crate) struct Separate;
+/// One fused multiply-add; only used where the FMA instruction is enabled
+/// (elsewhere `mul_add` is a slow library call).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) struct Fused;
+
+impl Arith for Separate {
+    #[inline(always)]
+    fn fma(a: f32, b: f32, c: f32) -> f32 {
+        a * b + c
+    }
+}
+
+impl Arith for Fused {
+    #[inline(always)]
+    fn fma(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+}
+
+/// `2^x` for `x <= 0` (a score minus the running max), relative error below
+/// 2e-7 (Cephes' `exp2f` polynomial). Results below 2^-126 are returned as
+/// 2^-126, which is negligible against the softmax sum (at least 1). NaN
+/// stays NaN. Written without calls or branches, so a loop over it vectorises.
+#[inline(always)]
+pub(crate) fn exp2_nonpositive<A: Arith>(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer.
+    let x = x.clamp(-126.0, 0.0);
+    let r = x + MAGIC;
+    let i = (r.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32); // round(x), in [-126, 0]
+    let f = x - (r - MAGIC); // in [-0.5, 0.5]
+    let mut p = 1.535_336_2e-4f32;
+    p = A::fma(p, f, 1.339_887_4e-3);
+    p = A::fma(p, f, 9.618_437e-3);
+    p = A::fma(p, f, 5.550_332_5e-2);
+    p = A::fma(p, f, 2.402_264_8e-1);
+    p = A::fma(p, f, 6.931_472e-1);
+    p = A::fma(p, f, 1.0);
+    p * f32::from_bits((i.wrapping_add(127) as u32) << 23)
+}
+
+/// Where one sequence's tokens are. Every id has been validated: in range and
+/// non-negative for every token the sequence uses.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Slots<'a> {
+    /// The sequence's row of kernel block ids.
+    Blocks { row: &'a [i32], block_size: usize },
+    /// One slot per token.
+    Tokens(&'a [i32]),
+}
+
+impl Slots<'_> {
+    /// Slots of tokens `t0 .. t0 + out.len()`; `t0` is a multiple of 16, so a
+    /// tile never crosses a kernel block (a multiple of 16 tokens).
+    #[inline(always)]
+    pub(crate) fn fill(&self, t0: usize, out: &mut [usize]) {
+        match *self {
+            Slots::Blocks { row, block_size } => {
+                let base = row[t0 / block_size] as usize * block_size + t0 % block_size;
+                for (i, o) in out.iter_mut().enumerate() {
+                    *o = base + i;
+                }
+            }
+            Slots::Tokens(slots) => {
+                for (o, &s) in out.iter_mut().zip(&slots[t0..]) {
+                    *o = s as usize;
+                }
+            }
+        }
+    }
+}
+
+/// One work item's inputs.
+pub(crate) struct Work<'a> {
+    pub k: &'a [u8],
+    pub v: &'a [u8],
+    /// Elements per slot: `num_kv_heads * head_dim`.
+    pub slot_elems: usize,
+    pub kv_head: usize,
+    pub head_dim: usize,
+    pub slots: Slots<'a>,
+    /// Token range `[start, end)`, `start` a multiple of 16.
+    pub start: usize,
+    pub end: usize,
+    /// `[g, head_dim]` queries, already multiplied by `softmax_scale * log2(e)`.
+    pub q: &'a [f32],
+}
+
+/// Online-softmax state of the `g` heads of one work item.
+#[derive(Clone, Debug)]
+pub(crate) struct State {
+    /// Running max per head, log2 units.
+    pub m: Vec<f32>,
+    pub l: Vec<f32>,
+    /// `[g, head_dim]`, unnormalised.
+    pub acc: Vec<f32>,
+}
+
+impl State {
+    pub(crate) fn new(g: usize, head_dim: usize) -> State {
+        State { m: vec![f32::NEG_INFINITY; g], l: vec![0.0; g], acc: vec![0.0; g * head_dim] }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.m.fill(f32::NEG_INFINITY);
+        self.l.fill(0.0);
+        self.acc.fill(0.0);
+    }
+}
+
+/// Per-thread scratch: one decoded K tile, one V tile and the scores.
+pub(crate) struct Scratch {
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    pub s: Vec<f32>,
+}
+
+impl Scratch {
+    pub(crate) fn new(g: usize, head_dim: usize) -> Scratch {
+        Scratch { k: vec![0.0; TILE * head_dim], v: vec![0.0; TILE * head_dim], s: vec![0.0; g * TILE] }
+    }
+}
+
+/// Which instructions the hot loop may use. Only [`Isa::detect`] makes
+/// `Avx2`, after checking that the CPU has them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2(Avx2Token),
+}
+
+/// Proof that AVX2, FMA and F16C were detected; not constructible elsewhere.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Avx2Token(());
+
+impl Isa {
+    pub(crate) fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            return Isa::Avx2(Avx2Token(()));
+        }
+        Isa::Portable
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Isa::Portable => "portable",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2(_) => "avx2+fma+f16c",
+        }
+    }
+}
+
+/// Runs one work item, adding its tokens to `state`.
+pub(crate) fn attend(isa: Isa, kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) {
+    match isa {
+        Isa::Portable => match kv {
+            Elt::F32 => attend_generic::<F32, Separate>(work, state, scratch),
+            Elt::F16 => attend_generic::<F16, Separate>(work, state, scratch),
+            Elt::Bf16 => attend_generic::<Bf16, Separate>(work, state, scratch),
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: an `Avx2Token` exists only when `Isa::detect` found AVX2,
+        // FMA and F16C on this CPU, which is all `avx2::attend` requires.
+        Isa::Avx2(_) => unsafe { crate::avx2::attend(kv, work, state, scratch) },
+    }
+}
+
+#[inline(always)]
+pub(crate) fn attend_generic<K: Elem, A: Arith>(work: &Work<'_>, state: &mut State, scratch: &mut Scratch) {
+    let d = work.head_dim;
+    let g = work.q.len() / d;
+    let row_bytes = d * K::SIZE;
+    let head_offset = work.kv_head * d;
+    let mut slots = [0usize; TILE];
+    let mut next_slots = [0usize; TILE];
+    let mut t0 = work.start;
+    while t0 < work.end {
+        let n = TILE.min(work.end - t0);
+        let next = t0 + n;
+        if next < work.end {
+            // Ask for the next tile's K and V rows now: its block is anywhere in
+            // the pool, where no hardware prefetcher looks.
+            let next_slots = &mut next_slots[..TILE.min(work.end - next)];
+            work.slots.fill(next, next_slots);
+            for &slot in next_slots.iter() {
+                let offset = (slot * work.slot_elems + head_offset) * K::SIZE;
+                prefetch(work.k, offset, row_bytes);
+                prefetch(work.v, offset, row_bytes);
+            }
+        }
+        let slots = &mut slots[..n];
+        work.slots.fill(t0, slots);
+
+        for (&slot, krow) in slots.iter().zip(scratch.k.chunks_exact_mut(d)) {
+            let offset = (slot * work.slot_elems + head_offset) * K::SIZE;
+            K::decode(&work.k[offset..offset + row_bytes], krow);
+        }
+        for h in 0..g {
+            let qh = &work.q[h * d..(h + 1) * d];
+            let scores = &mut scratch.s[h * TILE..h * TILE + n];
+            for (s, krow) in scores.iter_mut().zip(scratch.k.chunks_exact(d)) {
+                *s = dot::<A>(qh, krow);
+            }
+            let tile_max = scores.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let m_old = state.m[h];
+            let m_new = m_old.max(tile_max);
+            if m_new > m_old {
+                let acc = &mut state.acc[h * d..(h + 1) * d];
+                if m_old == f32::NEG_INFINITY {
+                    state.l[h] = 0.0;
+                    acc.fill(0.0);
+                } else {
+                    let alpha = exp2_nonpositive::<A>(m_old - m_new);
+                    state.l[h] *= alpha;
+                    acc.iter_mut().for_each(|a| *a *= alpha);
+                }
+                state.m[h] = m_new;
+            }
+            for s in scores.iter_mut() {
+                *s = exp2_nonpositive::<A>(*s - m_new);
+            }
+            state.l[h] += scores.iter().sum::<f32>();
+        }
+
+        for (&slot, vrow) in slots.iter().zip(scratch.v.chunks_exact_mut(d)) {
+            let offset = (slot * work.slot_elems + head_offset) * K::SIZE;
+            K::decode(&work.v[offset..offset + row_bytes], vrow);
+        }
+        for h in 0..g {
+            let p = &scratch.s[h * TILE..h * TILE + n];
+            accumulate::<A>(&mut state.acc[h * d..(h + 1) * d], p, &scratch.v, d);
+        }
+        t0 += n;
+    }
+}
+
+/// Hints that `bytes[offset..offset + len]` will be read soon.
+#[inline(always)]
+pub(crate) fn prefetch(bytes: &[u8], offset: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let end = bytes.len().min(offset.saturating_add(len));
+        let mut at = offset;
+        while at < end {
+            // SAFETY: `at < bytes.len()`, so the pointer stays inside `bytes`;
+            // a prefetch only hints the cache and never faults or writes; SSE
+            // (which `_mm_prefetch` needs) is part of the x86-64 baseline.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(at) as *const i8);
+            }
+            at += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bytes, offset, len);
+}
+
+/// `sum(a[i] * b[i])` in two 8-lane partial sums (plus a scalar tail, which
+/// no supported head dim has). The lanes are never indexed dynamically, so
+/// they stay in registers.
+#[inline(always)]
+fn dot<A: Arith>(a: &[f32], b: &[f32]) -> f32 {
+    let mut lo = [0.0f32; 8];
+    let mut hi = [0.0f32; 8];
+    let mut ca = a.chunks_exact(16);
+    let mut cb = b.chunks_exact(16);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for i in 0..8 {
+            lo[i] = A::fma(x[i], y[i], lo[i]);
+        }
+        for i in 0..8 {
+            hi[i] = A::fma(x[i + 8], y[i + 8], hi[i]);
+        }
+    }
+    let mut ca8 = ca.remainder().chunks_exact(8);
+    let mut cb8 = cb.remainder().chunks_exact(8);
+    for (x, y) in (&mut ca8).zip(&mut cb8) {
+        for i in 0..8 {
+            lo[i] = A::fma(x[i], y[i], lo[i]);
+        }
+    }
+    let mut tail = 0.0f32;
+    for (&x, &y) in ca8.remainder().iter().zip(cb8.remainder()) {
+        tail = A::fma(x, y, tail);
+    }
+    let mut sum = [0.0f32; 8];
+    for i in 0..8 {
+        sum[i] = lo[i] + hi[i];
+    }
+    ((sum[0] + sum[4]) + (sum[1] + sum[5])) + ((sum[2] + sum[6]) + (sum[3] + sum[7])) + tail
+}
+
+/// `acc += sum_i p[i] * v[i]` over the tile's rows `v[i] = v_tile[i*d .. (i+1)*d]`,
+/// a block of accumulator columns held in registers across all rows.
+#[inline(always)]
+fn accumulate<A: Arith>(acc: &mut [f32], p: &[f32], v_tile: &[f32], d: usize) {
+    let mut c = 0;
+    while c + 32 <= d {
+        accumulate_block::<A, 32>(&mut acc[c..c + 32], p, v_tile, d, c);
+        c += 32;
+    }
+    while c + 8 <= d {
+        accumulate_block::<A, 8>(&mut acc[c..c + 8], p, v_tile, d, c);
+        c += 8;
+    }
+    for (j, a) in acc[c..].iter_mut().enumerate() {
+        for (i, &pi) in p.iter().enumerate() {
+            *a = A::fma(pi, v_tile[i * d + c + j], *a);
+        }
+    }
+}
+
+#[inline(always)]
+fn accumulate_block<A: Arith, const W: usize>(acc: &mut [f32], p: &[f32], v_tile: &[f32], d: usize, c: usize) {
+    let mut r = [0.0f32; W];
+    r.copy_from_slice(acc);
+    for (i, &pi) in p.iter().enumerate() {
+        let row = &v_tile[i * d + c..i * d + c + W];
+        for j in 0..W {
+            r[j] = A::fma(pi, row[j], r[j]);
+        }
+    }
+    acc.copy_from_slice(&r);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_conversion_is_exact_for_every_bit_pattern() {
+        for bits in 0..=u16::MAX {
+            let ours = f16_bits_to_f32(bits);
+            let theirs = half::f16::from_bits(bits).to_f32();
+            if theirs.is_nan() {
+                assert!(ours.is_nan(), "{bits:#06x}");
+            } else {
+                assert_eq!(ours.to_bits(), theirs.to_bits(), "{bits:#06x}: {ours} vs {theirs}");
+            }
+        }
+    }
+
+    #[test]
+    fn exp2_is_accurate_on_the_softmax_range() {
+        let mut worst = 0.0f64;
+        for i in 0..=1_260_000 {
+            let x = -(i as f32) * 1e-4;
+            for value in [exp2_nonpositive::<Separate>(x), exp2_nonpositive::<Fused>(x)] {
+                let exact = (x as f64).exp2();
+                worst = worst.max(((value as f64) - exact).abs() / exact);
+            }
+        }
+        assert!(worst < 3e-7, "worst relative error {worst}");
+        assert_eq!(exp2_nonpositive::<Separate>(0.0), 1.0);
+        assert!(exp2_nonpositive::<Separate>(-1000.0) <= f32::MIN_POSITIVE);
+        assert!(exp2_nonpositive::<Separate>(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn dot_matches_for_every_supported_width() {
+        for &d in decode_attn_core::shape::SUPPORTED_HEAD_DIMS.iter().chain(&[3, 13, 24]) {
+            let a: Vec<f32> = (0..d).map(|i| (i as f32 * 0.37).sin()).collect();
+            let b: Vec<f32> = (0..d).map(|i| (i as f32 * 0.11).cos()).collect();
+            let exact: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
+            let ours = dot::<Separate>(&a, &b) as f64;
+            assert!((ours - exact).abs() < 1e-4, "d={d}: {ours} vs {exact}");
+        }
+    }
+
+    #[test]
+    fn accumulate_matches_for_every_supported_width() {
+        for &d in decode_attn_core::shape::SUPPORTED_HEAD_DIMS.iter().chain(&[3, 13, 44]) {
+            let p: Vec<f32> = (0..11).map(|i| i as f32 * 0.25).collect();
+            let v: Vec<f32> = (0..11 * d).map(|i| (i as f32 * 0.07).sin()).collect();
+            let mut acc = vec![1.0f32; d];
+            accumulate::<Separate>(&mut acc, &p, &v, d);
+            for (j, &a) in acc.iter().enumerate() {
+                let exact: f64 = 1.0 + (0..11).map(|i| p[i] as f64 * v[i * d + j] as f64).sum::<f64>();
+                assert!((a as f64 - exact).abs() < 1e-4, "d={d} column {j}: {a} vs {exact}");
+            }
+        }
+    }
+}

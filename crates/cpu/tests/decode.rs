@@ -1,0 +1,220 @@
+//! The fast backend against the f64 reference, and split plans against unsplit ones.
+
+mod common;
+
+use common::*;
+use decode_attn_core::shape::SUPPORTED_HEAD_DIMS;
+use decode_attn_core::synth::{relative_error, HostBatch};
+use decode_attn_core::{DType, DTypes, DecodeAttention, KvLayout, Policy};
+use decode_attn_cpu::reference::decode_reference;
+use decode_attn_cpu::CpuBackend;
+
+fn backend() -> CpuBackend {
+    CpuBackend::with_threads(2).unwrap()
+}
+
+/// Checks `policy` on `batch` against the reference; returns the output.
+fn check(backend: &CpuBackend, batch: &HostBatch, policy: Policy, what: &str) -> Vec<f32> {
+    let scale = batch.problem.shape.default_scale();
+    let out = run(backend, batch, policy, None).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let reference = decode_reference(batch, scale);
+    let err = relative_error(&out, &reference);
+    let tol = tolerance(batch.problem.dtypes);
+    assert!(err <= tol, "{what} {policy}: relative error {err:e} > {tol:e}");
+    out
+}
+
+/// Every (sequence, head) row of a length-0 sequence must be exactly zero.
+fn assert_zero_rows(batch: &HostBatch, out: &[f32], what: &str) {
+    let row = batch.problem.shape.num_q_heads * batch.problem.shape.head_dim;
+    for (seq, &len) in batch.seq_lens.iter().enumerate() {
+        if len == 0 {
+            assert!(out[seq * row..(seq + 1) * row].iter().all(|&x| x == 0.0), "{what}: sequence {seq} not zero");
+        }
+    }
+}
+
+#[test]
+fn matches_reference_for_every_layout_dtype_and_group() {
+    let backend = backend();
+    let groups = [(8, 8), (8, 2), (28, 4), (16, 2), (16, 1)]; // g = 1, 4, 7, 8, 16
+    let mut seed = 1;
+    for layout in LAYOUTS {
+        for dtype in DType::ALL {
+            for (i, &(hq, hkv)) in groups.iter().enumerate() {
+                // The long sequence in a rotating subset keeps the f64 reference quick.
+                let long = if (i + seed as usize) % 3 == 0 { 3000 } else { 700 };
+                let lens = [0, 1, 15, 16, 17, long, 33];
+                let batch = HostBatch::random(&problem(hq, hkv, 128, uniform(dtype), layout, &lens), seed);
+                seed += 1;
+                let what = format!("{layout} {dtype} h={hq} h_kv={hkv}");
+                for policy in [Policy::Fixed { splits: 1 }, Policy::Fixed { splits: 3 }] {
+                    let out = check(&backend, &batch, policy, &what);
+                    assert_zero_rows(&batch, &out, &what);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matches_reference_for_every_head_dim() {
+    let backend = backend();
+    for (i, &d) in SUPPORTED_HEAD_DIMS.iter().enumerate() {
+        for dtype in DType::ALL {
+            let layout = LAYOUTS[i % LAYOUTS.len()];
+            let batch =
+                HostBatch::random(&problem(8, 2, d, uniform(dtype), layout, &[0, 5, 16, 40, 300]), 100 + i as u64);
+            let what = format!("d={d} {dtype} {layout}");
+            for policy in [Policy::Auto, Policy::Fixed { splits: 4 }] {
+                let out = check(&backend, &batch, policy, &what);
+                assert_zero_rows(&batch, &out, &what);
+            }
+        }
+    }
+}
+
+#[test]
+fn mixed_dtypes() {
+    let backend = backend();
+    let combos = [
+        DTypes { q: DType::F32, kv: DType::Bf16, out: DType::F16 },
+        DTypes { q: DType::Bf16, kv: DType::F16, out: DType::F32 },
+        DTypes { q: DType::F16, kv: DType::F32, out: DType::Bf16 },
+        DTypes { q: DType::F32, kv: DType::F16, out: DType::F32 },
+    ];
+    for (i, dtypes) in combos.into_iter().enumerate() {
+        let batch = HostBatch::random(&problem(16, 4, 64, dtypes, LAYOUTS[i], &[3, 0, 200, 1000]), 7 + i as u64);
+        let what = format!("{dtypes:?}");
+        check(&backend, &batch, Policy::Auto, &what);
+        check(&backend, &batch, Policy::Fixed { splits: 5 }, &what);
+    }
+}
+
+#[test]
+fn portable_path_matches_reference_too() {
+    let backend = backend().portable();
+    assert_eq!(backend.instruction_set(), "portable");
+    for (i, dtype) in DType::ALL.into_iter().enumerate() {
+        for &d in &[80, 120, 128] {
+            let batch =
+                HostBatch::random(&problem(28, 4, d, uniform(dtype), LAYOUTS[i], &[0, 1, 17, 500]), 40 + i as u64);
+            let what = format!("portable {dtype} d={d}");
+            check(&backend, &batch, Policy::Fixed { splits: 1 }, &what);
+            check(&backend, &batch, Policy::Fixed { splits: 7 }, &what);
+        }
+    }
+}
+
+#[test]
+fn explicit_softmax_scale_is_used() {
+    let backend = backend();
+    let batch = HostBatch::random(&problem(8, 2, 64, uniform(DType::F32), LAYOUTS[0], &[50, 300]), 3);
+    for scale in [0.02f32, 0.3, 2.0] {
+        let out = run(&backend, &batch, Policy::Auto, Some(scale)).unwrap();
+        let err = relative_error(&out, &decode_reference(&batch, scale));
+        assert!(err <= 1e-5, "scale {scale}: {err:e}");
+    }
+}
+
+#[test]
+fn one_thread_and_global_pool_agree_with_two() {
+    let batch = HostBatch::random(&problem(32, 8, 128, uniform(DType::F32), LAYOUTS[2], &[900, 0, 31]), 11);
+    let two = run(&backend(), &batch, Policy::Fixed { splits: 4 }, None).unwrap();
+    let one = run(&CpuBackend::with_threads(1).unwrap(), &batch, Policy::Fixed { splits: 4 }, None).unwrap();
+    let global = run(&CpuBackend::new(), &batch, Policy::Fixed { splits: 4 }, None).unwrap();
+    // The same cut and the same per-item arithmetic: bit-identical whatever the threads.
+    assert_eq!(one, two);
+    assert_eq!(global, two);
+}
+
+fn split_policies() -> Vec<Policy> {
+    let mut policies: Vec<Policy> = (1..=20).map(|splits| Policy::Fixed { splits }).collect();
+    policies.extend([37, 64, 200, 1024].map(|splits| Policy::Fixed { splits }));
+    policies.extend([16, 64, 256].map(|tile_tokens| Policy::Deterministic { tile_tokens }));
+    policies.extend([
+        Policy::Vllm { batch_invariant: false },
+        Policy::Vllm { batch_invariant: true },
+        Policy::Sglang { max_kv_splits: 8 },
+        Policy::Sglang { max_kv_splits: 32 },
+        Policy::Auto,
+    ]);
+    policies
+}
+
+#[test]
+fn split_plans_equal_the_unsplit_plan() {
+    let backend = backend();
+    for (i, layout) in LAYOUTS.into_iter().enumerate() {
+        let lens = [0, 1, 17, 1000, 2500, 48];
+        let batch = HostBatch::random(&problem(16, 2, 128, uniform(DType::F32), layout, &lens), 900 + i as u64);
+        let unsplit = run(&backend, &batch, Policy::Fixed { splits: 1 }, None).unwrap();
+        let unsplit64: Vec<f64> = unsplit.iter().map(|&x| x as f64).collect();
+        for policy in split_policies() {
+            let plan = backend.plan(&batch.problem, policy).unwrap();
+            let out = run(&backend, &batch, policy, None).unwrap();
+            let diff = relative_error(&out, &unsplit64);
+            assert!(diff <= 1e-6, "{layout} {policy} ({} splits): {diff:e}", plan.num_splits);
+            assert_zero_rows(&batch, &out, &format!("{layout} {policy}"));
+        }
+    }
+}
+
+#[test]
+fn a_plan_made_for_other_lengths_runs_the_buffer_lengths() {
+    // The plan is made for one set of lengths, the buffers hold others (as in a
+    // replayed CUDA graph): the run-time lengths decide every cut.
+    let backend = backend();
+    let planned = problem(8, 2, 64, uniform(DType::F32), LAYOUTS[2], &[4000, 4000]);
+    let plan = backend.plan(&planned, Policy::Fixed { splits: 8 }).unwrap();
+    let actual = HostBatch::random(&problem(8, 2, 64, uniform(DType::F32), LAYOUTS[2], &[100, 2900]), 5);
+    let mut buffers = Buffers::new(&actual, &plan);
+    buffers.decode(&backend, &plan, None).unwrap();
+    let out = buffers.out_f32(&plan);
+    let err = relative_error(&out, &decode_reference(&actual, planned.shape.default_scale()));
+    assert!(err <= 1e-5, "{err:e}");
+}
+
+#[test]
+fn workspace_holds_partials_in_the_abi_layout() {
+    // partial_acc [num_seqs, num_q_heads, num_splits, head_dim] (unnormalised),
+    // then partial_ml [num_seqs, num_q_heads, num_splits, 2] (max in log2 units, sum).
+    let backend = backend();
+    let (hq, d) = (4, 64);
+    let batch = HostBatch::random(&problem(hq, 2, d, uniform(DType::F32), LAYOUTS[0], &[70, 200, 0]), 77);
+    let plan = backend.plan(&batch.problem, Policy::Fixed { splits: 3 }).unwrap();
+    let mut buffers = Buffers::new(&batch, &plan);
+    buffers.decode(&backend, &plan, None).unwrap();
+    let ws: Vec<f32> = decode_attn_core::dtype::decode(DType::F32, buffers.workspace.as_bytes());
+    let s = plan.num_splits as usize;
+    let n = batch.seq_lens.len();
+    let (acc, ml) = ws.split_at(n * hq * s * d);
+    let scale = batch.problem.shape.default_scale() as f64;
+    for (seq, split) in batch.seq_lens.iter().map(|&len| plan.rule.split(len as u32)).enumerate() {
+        for h in 0..hq {
+            for j in 0..split.active_splits {
+                let (start, end) = split.token_range(j);
+                let (expect, max, _) = attend_range(&batch, scale, seq, h, start as usize, end as usize);
+                let row = (seq * hq + h) * s + j as usize;
+                let (m, l) = (ml[2 * row], ml[2 * row + 1]);
+                let m_natural = m as f64 / std::f64::consts::LOG2_E;
+                assert!((m_natural - max).abs() < 1e-5, "seq {seq} head {h} split {j}: max {m_natural} vs {max}");
+                for (k, &e) in expect.iter().enumerate() {
+                    let got = acc[row * d + k] as f64 / l as f64;
+                    assert!((got - e).abs() < 1e-5, "seq {seq} head {h} split {j} [{k}]: {got} vs {e}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn block_table_with_larger_kernel_blocks() {
+    let backend = backend();
+    for layout in [KvLayout::block_table(32), KvLayout::BlockTable { kernel_block_size: 32, allocator_block_size: 128 }]
+    {
+        let batch = HostBatch::random(&problem(8, 2, 96, uniform(DType::Bf16), layout, &[31, 32, 33, 700]), 21);
+        check(&backend, &batch, Policy::Fixed { splits: 1 }, &layout.to_string());
+        check(&backend, &batch, Policy::Fixed { splits: 6 }, &layout.to_string());
+    }
+}

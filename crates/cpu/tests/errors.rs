@@ -1,0 +1,230 @@
+//! Bad contents and sizes: each gives its own error, naming the value, and
+//! leaves the output and the workspace byte-identical.
+
+mod common;
+
+use common::*;
+use decode_attn_core::synth::{i32_bytes, HostBatch};
+use decode_attn_core::{DType, DecodeArgs, DecodeAttention, Error, KvIndexBuffers, KvLayout, Plan, Policy};
+use decode_attn_cpu::{CpuBackend, CpuBuffer};
+
+fn backend() -> CpuBackend {
+    CpuBackend::with_threads(2).unwrap()
+}
+
+fn setup(layout: KvLayout, policy: Policy) -> (CpuBackend, HostBatch, Plan, Buffers) {
+    let backend = backend();
+    let batch = HostBatch::random(&problem(8, 2, 64, uniform(DType::Bf16), layout, &[40, 100, 0, 17]), 5);
+    let plan = backend.plan(&batch.problem, policy).unwrap();
+    let buffers = Buffers::new(&batch, &plan);
+    (backend, batch, plan, buffers)
+}
+
+/// Runs the call, expects `expected`, and checks that nothing was written.
+fn expect_error(backend: &CpuBackend, plan: &Plan, buffers: &mut Buffers, expected: Error, mentions: &[&str]) {
+    let out_before = buffers.out.clone();
+    let ws_before = buffers.workspace.clone();
+    let err = buffers.decode(backend, plan, None).unwrap_err();
+    assert_eq!(err, expected);
+    let text = err.to_string();
+    for m in mentions {
+        assert!(text.contains(m), "{text:?} does not mention {m}");
+    }
+    assert!(buffers.out == out_before, "out was written on {err}");
+    assert!(buffers.workspace == ws_before, "workspace was written on {err}");
+}
+
+fn set_i32(buffer: &mut CpuBuffer, index: usize, value: i32) {
+    buffer.as_bytes_mut()[index * 4..index * 4 + 4].copy_from_slice(&value.to_le_bytes());
+}
+
+#[test]
+fn the_valid_call_succeeds() {
+    for layout in LAYOUTS {
+        let (backend, _, plan, mut buffers) = setup(layout, Policy::Fixed { splits: 4 });
+        buffers.decode(&backend, &plan, None).unwrap();
+    }
+}
+
+#[test]
+fn block_id_out_of_range() {
+    let (backend, batch, plan, mut buffers) = setup(KvLayout::block_table(16), Policy::Fixed { splits: 4 });
+    let num_blocks = batch.num_slots / 16;
+    let stride = buffers.max_blocks_per_seq;
+    set_i32(&mut buffers.index_a, stride + 2, num_blocks as i32);
+    let expected = Error::BlockIdOutOfRange { seq: 1, index: 2, block: num_blocks as i64, num_blocks };
+    expect_error(&backend, &plan, &mut buffers, expected, &[&num_blocks.to_string()]);
+
+    let (backend, _, plan, mut buffers) = setup(KvLayout::block_table(16), Policy::Fixed { splits: 1 });
+    set_i32(&mut buffers.index_a, 0, -7);
+    let expected = Error::BlockIdOutOfRange { seq: 0, index: 0, block: -7, num_blocks };
+    expect_error(&backend, &plan, &mut buffers, expected, &["-7"]);
+}
+
+#[test]
+fn unused_block_entries_are_not_checked() {
+    // Padding past a sequence's last block may hold anything.
+    let (backend, _, plan, mut buffers) = setup(KvLayout::block_table(16), Policy::Fixed { splits: 2 });
+    let stride = buffers.max_blocks_per_seq;
+    set_i32(&mut buffers.index_a, 2 * stride, i32::MAX); // sequence 2 has length 0
+    set_i32(&mut buffers.index_a, 3 * stride + 2, -5); // sequence 3 uses 2 blocks
+    buffers.decode(&backend, &plan, None).unwrap();
+}
+
+#[test]
+fn sequence_too_long_for_its_row() {
+    let (backend, _, plan, mut buffers) = setup(KvLayout::block_table(16), Policy::Auto);
+    let capacity = buffers.max_blocks_per_seq * 16;
+    set_i32(&mut buffers.lens, 3, capacity as i32 + 1);
+    let expected = Error::SeqTooLong { seq: 3, seq_len: capacity + 1, capacity };
+    expect_error(&backend, &plan, &mut buffers, expected, &[&(capacity + 1).to_string()]);
+}
+
+#[test]
+fn negative_sequence_length() {
+    for layout in [LAYOUTS[0], LAYOUTS[2]] {
+        let (backend, _, plan, mut buffers) = setup(layout, Policy::Auto);
+        set_i32(&mut buffers.lens, 1, -3);
+        expect_error(&backend, &plan, &mut buffers, Error::NegativeSeqLen { seq: 1, seq_len: -3 }, &["-3"]);
+    }
+}
+
+#[test]
+fn bad_indptr() {
+    let (backend, _, plan, mut buffers) = setup(KvLayout::token_indices(1), Policy::Fixed { splits: 3 });
+    let indptr = i32s(buffers.index_a.as_bytes());
+    let num_indices = buffers.index_b.as_bytes().len() / 4;
+    // Not monotone: sequence 1 ends before it starts.
+    set_i32(&mut buffers.index_a, 2, indptr[1] - 1);
+    let expected = Error::InvalidIndptr { seq: 1, start: indptr[1] as i64, end: indptr[1] as i64 - 1, num_indices };
+    expect_error(&backend, &plan, &mut buffers, expected, &[&(indptr[1] - 1).to_string()]);
+
+    // Past the end of kv_indices.
+    let (backend, _, plan, mut buffers) = setup(KvLayout::token_indices(4), Policy::Fixed { splits: 3 });
+    let indptr = i32s(buffers.index_a.as_bytes());
+    let num_indices = buffers.index_b.as_bytes().len() / 4;
+    set_i32(&mut buffers.index_a, 4, num_indices as i32 + 9);
+    let expected = Error::InvalidIndptr { seq: 3, start: indptr[3] as i64, end: num_indices as i64 + 9, num_indices };
+    expect_error(&backend, &plan, &mut buffers, expected, &[&(num_indices + 9).to_string()]);
+
+    // Negative start.
+    let (backend, _, plan, mut buffers) = setup(KvLayout::token_indices(1), Policy::Auto);
+    set_i32(&mut buffers.index_a, 0, -1);
+    let expected = Error::InvalidIndptr { seq: 0, start: -1, end: 40, num_indices };
+    expect_error(&backend, &plan, &mut buffers, expected, &["-1"]);
+}
+
+#[test]
+fn indptr_and_seq_lens_disagree() {
+    let (backend, _, plan, mut buffers) = setup(KvLayout::token_indices(1), Policy::Fixed { splits: 2 });
+    set_i32(&mut buffers.lens, 1, 99);
+    let expected = Error::IndptrLengthMismatch { seq: 1, indexed: 100, seq_len: 99 };
+    expect_error(&backend, &plan, &mut buffers, expected, &["100", "99"]);
+}
+
+#[test]
+fn slot_out_of_range() {
+    let (backend, batch, plan, mut buffers) = setup(KvLayout::token_indices(4), Policy::Fixed { splits: 2 });
+    let num_slots = batch.num_slots;
+    // Token 5 of sequence 1 (sequence 0 has 40 tokens).
+    set_i32(&mut buffers.index_b, 45, num_slots as i32);
+    let expected = Error::SlotOutOfRange { seq: 1, position: 5, slot: num_slots as i64, num_slots };
+    expect_error(&backend, &plan, &mut buffers, expected, &[&num_slots.to_string()]);
+
+    let (backend, batch, plan, mut buffers) = setup(KvLayout::token_indices(1), Policy::Auto);
+    set_i32(&mut buffers.index_b, 3, -2);
+    let expected = Error::SlotOutOfRange { seq: 0, position: 3, slot: -2, num_slots: batch.num_slots };
+    expect_error(&backend, &plan, &mut buffers, expected, &["-2"]);
+}
+
+#[test]
+fn workspace_too_small() {
+    let (backend, _, plan, mut buffers) = setup(KvLayout::block_table(16), Policy::Fixed { splits: 4 });
+    let needed = plan.workspace_bytes as usize;
+    assert!(needed > 0);
+    buffers.workspace = CpuBuffer::from_bytes(vec![POISON; needed - 1]);
+    let expected = Error::WorkspaceTooSmall { needed, actual: needed - 1 };
+    expect_error(&backend, &plan, &mut buffers, expected, &[&needed.to_string()]);
+}
+
+#[test]
+fn a_doctored_plan_cannot_shrink_the_workspace() {
+    let (backend, _, mut plan, mut buffers) = setup(KvLayout::block_table(16), Policy::Fixed { splits: 4 });
+    let needed = plan.workspace_bytes as usize;
+    plan.workspace_bytes = 0;
+    buffers.workspace = CpuBuffer::default();
+    expect_error(&backend, &plan, &mut buffers, Error::WorkspaceTooSmall { needed, actual: 0 }, &[]);
+}
+
+#[test]
+fn wrong_buffer_sizes() {
+    let (backend, _, plan, mut buffers) = setup(KvLayout::block_table(16), Policy::Auto);
+    let q_bytes = plan.problem.q_bytes();
+    buffers.q.0.push(0);
+    let expected = Error::BufferSize { name: "q", expected: q_bytes, actual: q_bytes + 1 };
+    expect_error(&backend, &plan, &mut buffers, expected, &[&q_bytes.to_string()]);
+
+    let (backend, _, plan, mut buffers) = setup(KvLayout::block_table(16), Policy::Auto);
+    let out_bytes = plan.problem.out_bytes();
+    buffers.out = CpuBuffer::from_bytes(vec![POISON; out_bytes - 2]);
+    let expected = Error::BufferSize { name: "out", expected: out_bytes, actual: out_bytes - 2 };
+    expect_error(&backend, &plan, &mut buffers, expected, &[&out_bytes.to_string()]);
+
+    let (backend, _, plan, mut buffers) = setup(KvLayout::token_indices(1), Policy::Auto);
+    buffers.lens.0.truncate(8);
+    let expected = Error::BufferSize { name: "seq_lens", expected: 16, actual: 8 };
+    expect_error(&backend, &plan, &mut buffers, expected, &["16", "8"]);
+
+    let (backend, _, plan, mut buffers) = setup(KvLayout::block_table(16), Policy::Auto);
+    let v = buffers.v.0.len();
+    buffers.v.0.truncate(v - 2);
+    let expected = Error::BufferSize { name: "v_cache", expected: v, actual: v - 2 };
+    expect_error(&backend, &plan, &mut buffers, expected, &[]);
+}
+
+#[test]
+fn layout_mismatch_and_bad_scale() {
+    let (backend, _, plan, mut buffers) = setup(KvLayout::block_table(16), Policy::Auto);
+    let out_before = buffers.out.clone();
+    let err = backend
+        .decode(
+            &plan,
+            DecodeArgs {
+                q: &buffers.q,
+                k_cache: &buffers.k,
+                v_cache: &buffers.v,
+                seq_lens: &buffers.lens,
+                kv_index: KvIndexBuffers::TokenIndices { indptr: &buffers.lens, indices: &buffers.lens },
+                workspace: &mut buffers.workspace,
+                out: &mut buffers.out,
+                softmax_scale: None,
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::PlanMismatch { .. }), "{err}");
+    assert!(buffers.out == out_before);
+
+    let err = buffers.decode(&backend, &plan, Some(f32::NAN)).unwrap_err();
+    assert!(matches!(err, Error::InvalidScale(_)), "{err}");
+    let err = buffers.decode(&backend, &plan, Some(-1.0)).unwrap_err();
+    assert_eq!(err, Error::InvalidScale(-1.0));
+    assert!(buffers.out == out_before);
+}
+
+#[test]
+fn upload_download_and_alloc() {
+    let backend = backend();
+    let mut buffer = backend.alloc(8).unwrap();
+    assert_eq!(buffer.as_bytes(), &[0; 8]);
+    let err = backend.upload(&mut buffer, &[1; 7]).unwrap_err();
+    assert!(matches!(err, Error::BufferSize { expected: 8, actual: 7, .. }), "{err}");
+    backend.upload(&mut buffer, &i32_bytes(&[3, -4])).unwrap();
+    let mut host = [0u8; 8];
+    backend.download(&buffer, &mut host).unwrap();
+    assert_eq!(i32s(&host), [3, -4]);
+    let mut short = [0u8; 9];
+    let err = backend.download(&buffer, &mut short).unwrap_err();
+    assert!(matches!(err, Error::BufferSize { expected: 8, actual: 9, .. }), "{err}");
+    assert!(backend.alloc(usize::MAX).is_err());
+    backend.synchronize().unwrap();
+}
