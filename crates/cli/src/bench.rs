@@ -67,9 +67,9 @@ impl Grid {
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// auto | cpu | cuda[:N] | hip[:N]
-    #[arg(long, default_value = "auto", value_parser = parse_backend)]
-    backend: BackendSpec,
+    /// auto | cpu | cuda[:N] | hip[:N] (default: $DECODE_ATTN_BACKEND, else auto)
+    #[arg(long, value_parser = parse_backend)]
+    backend: Option<BackendSpec>,
     /// Shapes: `small` (default) or `peers` (the grid of ../shared/peers/bench_peers.py).
     #[arg(long, value_enum, default_value_t = Grid::Small)]
     grid: Grid,

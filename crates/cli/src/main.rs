@@ -9,7 +9,9 @@
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use decode_attn::{AttentionShape, Backend, BackendSpec, DType, DTypes, DecodeProblem, DeviceProps, KvLayout, Policy};
+use decode_attn::{
+    AttentionShape, Backend, BackendOptions, BackendSpec, DType, DTypes, DecodeProblem, DeviceProps, KvLayout, Policy,
+};
 use decode_attn_conformance::{Summary, Sweep};
 
 use crate::args::{parse_backend, parse_dtype, parse_layout, parse_policy};
@@ -98,9 +100,9 @@ struct PlanArgs {
 
 #[derive(Args)]
 struct CheckArgs {
-    /// auto | cpu | cuda[:N] | hip[:N]
-    #[arg(long, default_value = "auto", value_parser = parse_backend)]
-    backend: BackendSpec,
+    /// auto | cpu | cuda[:N] | hip[:N] (default: $DECODE_ATTN_BACKEND, else auto)
+    #[arg(long, value_parser = parse_backend)]
+    backend: Option<BackendSpec>,
     /// Run the quick sweep (every dimension once, short sequences) instead of the full one.
     #[arg(long)]
     quick: bool,
@@ -201,23 +203,31 @@ fn record_property(summary: &mut Summary, passed: bool, name: &str, detail: &str
 }
 
 fn devices() -> CliResult<ExitCode> {
-    let reports = decode_attn::probe();
+    let options = BackendOptions::from_env()?;
+    let reports = decode_attn::probe_with(&options);
     let width = reports.iter().map(|r| r.name.len()).max().unwrap_or(4);
     for report in &reports {
         let state = if report.available { "available" } else { "absent   " };
         outln!("{:width$}  {state}  {}", report.name, report.detail);
     }
-    let (chosen, _) = Backend::auto_with_reasons();
+    let (chosen, _) = Backend::auto_with_reasons(&options);
     outln!("auto picks {}", chosen.describe());
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens `spec`; for `auto`, says on stderr which GPU backends it passed over and why.
-pub(crate) fn open_backend(spec: BackendSpec) -> CliResult<Backend> {
+/// Opens `spec`, else the one `DECODE_ATTN_BACKEND` names, else the first that
+/// works; GPU options (kernel source, NVRTC cache) come from the environment.
+/// For `auto`, says on stderr which GPU backends it passed over and why.
+pub(crate) fn open_backend(spec: Option<BackendSpec>) -> CliResult<Backend> {
+    let spec = match spec {
+        Some(spec) => spec,
+        None => BackendSpec::from_env()?,
+    };
+    let options = BackendOptions::from_env()?;
     if spec != BackendSpec::Auto {
-        return Ok(Backend::open(spec)?);
+        return Ok(Backend::open_with(spec, &options)?);
     }
-    let (backend, passed_over) = Backend::auto_with_reasons();
+    let (backend, passed_over) = Backend::auto_with_reasons(&options);
     for reason in passed_over {
         eprintln!("note: auto passed over {reason}");
     }

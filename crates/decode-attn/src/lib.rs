@@ -40,7 +40,7 @@ pub use decode_attn_core::*;
 /// The CPU backend, and the f64 reference every backend is checked against.
 pub use decode_attn_cpu::{reference, CpuBackend, CpuBuffer};
 #[cfg(feature = "cuda")]
-pub use decode_attn_cuda::{CudaBackend, CudaBuffer};
+pub use decode_attn_cuda::{CudaBackend, CudaBuffer, CudaOptions, KernelSource};
 #[cfg(feature = "hip")]
 pub use decode_attn_hip::{HipBackend, HipBuffer};
 
@@ -158,43 +158,79 @@ fn hip_unavailable_in_this_build() -> Error {
     Error::Unavailable { backend: "hip", reason: "this build of decode-attn has the `hip` feature off".into() }
 }
 
+/// How GPU backends are opened: today, where CUDA kernels come from and
+/// where NVRTC output is cached. The default reads nothing from the
+/// environment and caches nothing on disk; [`BackendOptions::from_env`] is
+/// what the `decode-attn` command uses.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct BackendOptions {
+    #[cfg(feature = "cuda")]
+    pub cuda: decode_attn_cuda::CudaOptions,
+}
+
+impl BackendOptions {
+    /// Options from the vendor crates' documented variables:
+    /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc` and the NVRTC cache folder
+    /// (`DECODE_ATTN_CACHE_DIR`, else `$XDG_CACHE_HOME/decode-attn`, else `~/.cache/decode-attn`).
+    pub fn from_env() -> Result<BackendOptions> {
+        Ok(BackendOptions {
+            #[cfg(feature = "cuda")]
+            cuda: decode_attn_cuda::CudaOptions::from_env()?,
+        })
+    }
+}
+
+impl BackendSpec {
+    /// The spec in `DECODE_ATTN_BACKEND` ([`BACKEND_ENV`]); `Auto` when it is unset or empty.
+    pub fn from_env() -> Result<BackendSpec> {
+        match std::env::var(BACKEND_ENV) {
+            Ok(value) if !value.trim().is_empty() => value.parse().map_err(|err| match err {
+                Error::Device { backend, message } => {
+                    Error::Device { backend, message: format!("{message} (from {BACKEND_ENV})") }
+                }
+                other => other,
+            }),
+            Ok(_) | Err(std::env::VarError::NotPresent) => Ok(BackendSpec::Auto),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                Err(Error::Device { backend: "decode-attn", message: format!("{BACKEND_ENV} is not valid UTF-8") })
+            }
+        }
+    }
+}
+
 impl Backend {
     /// The CPU backend (always available).
     pub fn cpu() -> Backend {
         Backend::Cpu(CpuBackend::new())
     }
 
-    /// CUDA device `ordinal`, or why it cannot be used.
+    /// CUDA device `ordinal` with default options, or why it cannot be used.
     pub fn cuda(ordinal: usize) -> Result<Backend> {
+        Backend::cuda_with(ordinal, &BackendOptions::default())
+    }
+
+    /// HIP device `ordinal` with default options, or why it cannot be used.
+    pub fn hip(ordinal: usize) -> Result<Backend> {
+        Backend::hip_with(ordinal, &BackendOptions::default())
+    }
+
+    fn cuda_with(ordinal: usize, options: &BackendOptions) -> Result<Backend> {
         #[cfg(feature = "cuda")]
         {
-            let count = decode_attn_cuda::device_count()?;
-            if ordinal >= count {
-                return Err(Error::Unavailable {
-                    backend: "cuda",
-                    reason: format!("device {ordinal} was asked for, but the driver reports {count} device(s)"),
-                });
-            }
-            CudaBackend::new(ordinal).map(Backend::Cuda)
+            CudaBackend::with_options(ordinal, options.cuda.clone()).map(Backend::Cuda)
         }
         #[cfg(not(feature = "cuda"))]
         {
-            let _ = ordinal;
+            let _ = (ordinal, options);
             Err(cuda_unavailable_in_this_build())
         }
     }
 
-    /// HIP device `ordinal`, or why it cannot be used.
-    pub fn hip(ordinal: usize) -> Result<Backend> {
+    fn hip_with(ordinal: usize, options: &BackendOptions) -> Result<Backend> {
+        let _ = options; // HIP has no options yet
         #[cfg(feature = "hip")]
         {
-            let count = decode_attn_hip::device_count()?;
-            if ordinal >= count {
-                return Err(Error::Unavailable {
-                    backend: "hip",
-                    reason: format!("device {ordinal} was asked for, but the runtime reports {count} device(s)"),
-                });
-            }
             HipBackend::new(ordinal).map(Backend::Hip)
         }
         #[cfg(not(feature = "hip"))]
@@ -206,14 +242,15 @@ impl Backend {
 
     /// The first of CUDA device 0, HIP device 0 and the CPU that works here.
     pub fn auto() -> Backend {
-        Backend::auto_with_reasons().0
+        Backend::auto_with_reasons(&BackendOptions::default()).0
     }
 
-    /// Like [`Backend::auto`], and also why each GPU backend tried before it was passed over.
-    pub fn auto_with_reasons() -> (Backend, Vec<Error>) {
+    /// Like [`Backend::auto`] with `options`, and also why each GPU backend
+    /// tried before the chosen one was passed over.
+    pub fn auto_with_reasons(options: &BackendOptions) -> (Backend, Vec<Error>) {
         let mut passed_over = Vec::new();
-        for open in [Backend::cuda, Backend::hip] {
-            match open(0) {
+        for open in [Backend::cuda_with, Backend::hip_with] {
+            match open(0, options) {
                 Ok(backend) => return (backend, passed_over),
                 Err(err) => passed_over.push(err),
             }
@@ -221,38 +258,37 @@ impl Backend {
         (Backend::cpu(), passed_over)
     }
 
-    /// Opens the backend `spec` names. An explicit GPU that is not usable is
-    /// an error, not a silent fall-back to the CPU.
+    /// Opens the backend `spec` names, with default options. An explicit GPU
+    /// that is not usable is an error, not a silent fall-back to the CPU.
     pub fn open(spec: BackendSpec) -> Result<Backend> {
+        Backend::open_with(spec, &BackendOptions::default())
+    }
+
+    /// Opens the backend `spec` names, with `options`.
+    pub fn open_with(spec: BackendSpec, options: &BackendOptions) -> Result<Backend> {
         match spec {
-            BackendSpec::Auto => Ok(Backend::auto()),
+            BackendSpec::Auto => Ok(Backend::auto_with_reasons(options).0),
             BackendSpec::Cpu => Ok(Backend::cpu()),
-            BackendSpec::Cuda { ordinal } => Backend::cuda(ordinal),
-            BackendSpec::Hip { ordinal } => Backend::hip(ordinal),
+            BackendSpec::Cuda { ordinal } => Backend::cuda_with(ordinal, options),
+            BackendSpec::Hip { ordinal } => Backend::hip_with(ordinal, options),
         }
     }
 
-    /// Opens `"auto"`, `"cpu"`, `"cuda"`, `"cuda:1"`, `"hip"`, `"hip:0"`.
+    /// Opens `"auto"`, `"cpu"`, `"cuda"`, `"cuda:1"`, `"hip"`, `"hip:0"`, with default options.
     pub fn from_spec(spec: &str) -> Result<Backend> {
         Backend::open(spec.parse()?)
     }
 
-    /// Opens the backend named by `DECODE_ATTN_BACKEND` ([`BACKEND_ENV`]), or
-    /// [`Backend::auto`] when it is unset or empty. A value that does not
-    /// parse, or names an unusable GPU, is an error.
+    /// Opens the backend named by `DECODE_ATTN_BACKEND` ([`BACKEND_ENV`]:
+    /// `cpu`, `cuda`, `hip`, `cuda:N`, `hip:N`, `auto`), or the first that works
+    /// ([`Backend::auto`]) when it is unset or empty, with
+    /// [`BackendOptions::from_env`]. A value that does not parse, or names an
+    /// unusable GPU, is an error.
+    ///
+    /// This and the other `from_env` functions are the only places where
+    /// decode-attn reads the environment.
     pub fn from_env() -> Result<Backend> {
-        match std::env::var(BACKEND_ENV) {
-            Ok(value) if !value.trim().is_empty() => Backend::from_spec(&value).map_err(|err| match err {
-                Error::Device { backend, message } => {
-                    Error::Device { backend, message: format!("{message} (from {BACKEND_ENV})") }
-                }
-                other => other,
-            }),
-            Ok(_) | Err(std::env::VarError::NotPresent) => Ok(Backend::auto()),
-            Err(std::env::VarError::NotUnicode(_)) => {
-                Err(Error::Device { backend: "decode-attn", message: format!("{BACKEND_ENV} is not valid UTF-8") })
-            }
-        }
+        Backend::open_with(BackendSpec::from_env()?, &BackendOptions::from_env()?)
     }
 
     /// A one-line description: backend, device name and multiprocessor count.
@@ -273,16 +309,21 @@ pub struct BackendReport {
 }
 
 type DeviceCounter = fn() -> Result<usize>;
-type BackendOpener = fn(usize) -> Result<Backend>;
+type BackendOpener = fn(usize, &BackendOptions) -> Result<Backend>;
 
 /// Probes every backend, including those compiled out, for `decode-attn devices`.
 /// Opens each device found, so an entry marked available really is usable.
 pub fn probe() -> Vec<BackendReport> {
+    probe_with(&BackendOptions::default())
+}
+
+/// [`probe`], opening GPU devices with `options`.
+pub fn probe_with(options: &BackendOptions) -> Vec<BackendReport> {
     let mut reports = Vec::new();
     let cpu = Backend::cpu();
     reports.push(BackendReport { name: "cpu".into(), available: true, detail: describe_props(cpu.device_props()) });
     let gpu_backends: [(&str, DeviceCounter, BackendOpener); 2] =
-        [("cuda", cuda_device_count, Backend::cuda), ("hip", hip_device_count, Backend::hip)];
+        [("cuda", cuda_device_count, Backend::cuda_with), ("hip", hip_device_count, Backend::hip_with)];
     for (name, count, open) in gpu_backends {
         match count() {
             Ok(0) => reports.push(BackendReport {
@@ -292,7 +333,7 @@ pub fn probe() -> Vec<BackendReport> {
             }),
             Ok(count) => {
                 for ordinal in 0..count {
-                    let (available, detail) = match open(ordinal) {
+                    let (available, detail) = match open(ordinal, options) {
                         Ok(backend) => (true, describe_props(backend.device_props())),
                         Err(err) => (false, err.to_string()),
                     };
