@@ -26,7 +26,7 @@ use crate::kernel::{self, Elt, Fused, Scratch, State, Work, TILE};
 pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) {
     let d = work.head_dim;
     let g = state.m.len();
-    let shapes_fit = d % 8 == 0
+    let shapes_fit = d.is_multiple_of(8)
         && d > 0
         && work.q.len() == g * d
         && state.acc.len() == g * d

@@ -106,9 +106,16 @@ impl CpuBackend {
     }
 
     /// The same backend restricted to portable code (no run-time selected
-    /// SIMD path): for tests that compare the two, and for debugging.
+    /// SIMD path): for tests that compare the paths, and for debugging.
     pub fn portable(mut self) -> CpuBackend {
         self.isa = Isa::Portable;
+        self
+    }
+
+    /// The same backend using at most AVX2 (not AVX-512) where it would
+    /// otherwise use AVX-512: for tests that compare the paths.
+    pub fn at_most_avx2(mut self) -> CpuBackend {
+        self.isa = self.isa.at_most_avx2();
         self
     }
 
@@ -117,7 +124,7 @@ impl CpuBackend {
         self.props.num_sms as usize
     }
 
-    /// The instruction set the hot loop was compiled for: "avx2+fma" or "portable".
+    /// The instruction set the hot loop runs: "avx512", "avx2" or "portable".
     pub fn instruction_set(&self) -> &'static str {
         self.isa.name()
     }

@@ -192,6 +192,9 @@ impl Slots<'_> {
     /// tile never crosses a kernel block (a multiple of 16 tokens).
     #[inline(always)]
     pub(crate) fn fill(&self, t0: usize, out: &mut [usize]) {
+        if out.is_empty() {
+            return;
+        }
         match *self {
             Slots::Blocks { row, block_size } => {
                 let base = row[t0 / block_size] as usize * block_size + t0 % block_size;
@@ -259,37 +262,57 @@ impl Scratch {
     }
 }
 
-/// Which instructions the hot loop may use. Only [`Isa::detect`] makes
-/// `Avx2`, after checking that the CPU has them.
+/// Which instructions the hot loop may use. Only [`Isa::detect`] makes the
+/// SIMD variants, after checking that the CPU has their features.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Isa {
     Portable,
+    /// AVX2, FMA and F16C.
     #[cfg(target_arch = "x86_64")]
-    Avx2(Avx2Token),
+    Avx2(SimdToken),
+    /// AVX-512F, and AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    Avx512(SimdToken),
 }
 
-/// Proof that AVX2, FMA and F16C were detected; not constructible elsewhere.
+/// Proof that the features of the `Isa` variant holding it were detected;
+/// not constructible outside `Isa::detect`.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Avx2Token(());
+pub(crate) struct SimdToken(());
 
 impl Isa {
     pub(crate) fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c")
         {
-            return Isa::Avx2(Avx2Token(()));
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx2") && has!("fma") && has!("f16c") {
+                if has!("avx512f") {
+                    return Isa::Avx512(SimdToken(()));
+                }
+                return Isa::Avx2(SimdToken(()));
+            }
         }
         Isa::Portable
+    }
+
+    /// At most AVX2 (what `CpuBackend::portable` and the tests use to reach
+    /// the other paths).
+    pub(crate) fn at_most_avx2(self) -> Isa {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512(token) => Isa::Avx2(token),
+            other => other,
+        }
     }
 
     pub(crate) fn name(self) -> &'static str {
         match self {
             Isa::Portable => "portable",
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2(_) => "avx2+fma+f16c",
+            Isa::Avx2(_) => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512(_) => "avx512",
         }
     }
 }
@@ -302,10 +325,22 @@ pub(crate) fn attend(isa: Isa, kv: Elt, work: &Work<'_>, state: &mut State, scra
             Elt::F16 => attend_generic::<F16, Separate>(work, state, scratch),
             Elt::Bf16 => attend_generic::<Bf16, Separate>(work, state, scratch),
         },
+        // SAFETY: a `SimdToken` inside `Isa::Avx2` exists only when
+        // `Isa::detect` found AVX2, FMA and F16C on this CPU, which is all
+        // `avx2::attend` requires.
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: an `Avx2Token` exists only when `Isa::detect` found AVX2,
-        // FMA and F16C on this CPU, which is all `avx2::attend` requires.
         Isa::Avx2(_) => unsafe { crate::avx2::attend(kv, work, state, scratch) },
+        // SAFETY: inside `Isa::Avx512` (possibly demoted to `Isa::Avx2` by
+        // `at_most_avx2`, a subset), the token proves AVX-512F, AVX2, FMA and
+        // F16C were detected: what `avx512::attend` and `avx2::attend` require.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512(_) => unsafe {
+            if crate::avx512::fits(work.head_dim) {
+                crate::avx512::attend(kv, work, state, scratch)
+            } else {
+                crate::avx2::attend(kv, work, state, scratch)
+            }
+        },
     }
 }
 
@@ -398,6 +433,97 @@ pub(crate) fn prefetch(bytes: &[u8], offset: usize, len: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (bytes, offset, len);
+}
+
+/// The cache lines of one future tile's K and V rows, handed out a few at a
+/// time ([`TilePrefetch::step`]) from inside the current tile's loops, so that
+/// the misses spread over its arithmetic instead of queueing up at once.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) struct TilePrefetch<'a> {
+    /// K while its rows last, then V.
+    cache: &'a [u8],
+    v: &'a [u8],
+    on_v: bool,
+    /// Byte offset of each row (the same in K and V).
+    rows: [usize; TILE],
+    num_rows: usize,
+    row_bytes: usize,
+    /// The next line: row `row`, byte `at` within it.
+    row: usize,
+    at: usize,
+    per_step: usize,
+}
+
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+impl<'a> TilePrefetch<'a> {
+    /// The tile of `work` that starts at token `t0` (nothing past the range's
+    /// end), spread over about `steps` calls of [`TilePrefetch::step`].
+    #[inline(always)]
+    pub(crate) fn new(work: &Work<'a>, elem_size: usize, t0: usize, steps: usize) -> TilePrefetch<'a> {
+        let mut rows = [0usize; TILE];
+        let num_rows = if t0 < work.end { TILE.min(work.end - t0) } else { 0 };
+        work.slots.fill(t0, &mut rows[..num_rows]);
+        for row in rows[..num_rows].iter_mut() {
+            *row = (*row * work.slot_elems + work.kv_head * work.head_dim) * elem_size;
+        }
+        let row_bytes = work.head_dim * elem_size;
+        let lines = 2 * num_rows * row_bytes.div_ceil(64);
+        TilePrefetch {
+            cache: work.k,
+            v: work.v,
+            on_v: false,
+            rows,
+            num_rows,
+            row_bytes,
+            row: 0,
+            at: 0,
+            per_step: lines.div_ceil(steps.max(1)),
+        }
+    }
+
+    /// Nothing to fetch.
+    #[cfg(test)]
+    pub(crate) fn none() -> TilePrefetch<'static> {
+        TilePrefetch {
+            cache: &[],
+            v: &[],
+            on_v: true,
+            rows: [0; TILE],
+            num_rows: 0,
+            row_bytes: 0,
+            row: 0,
+            at: 0,
+            per_step: 0,
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn step(&mut self) {
+        for _ in 0..self.per_step {
+            if self.row >= self.num_rows {
+                if self.on_v {
+                    return;
+                }
+                (self.cache, self.on_v, self.row) = (self.v, true, 0);
+                if self.num_rows == 0 {
+                    return;
+                }
+            }
+            prefetch(self.cache, self.rows[self.row] + self.at, 1);
+            self.at += 64;
+            if self.at >= self.row_bytes {
+                self.at = 0;
+                self.row += 1;
+            }
+        }
+    }
+
+    /// Issues whatever the steps left.
+    #[inline(always)]
+    pub(crate) fn finish(&mut self) {
+        self.per_step = 2 * TILE * self.row_bytes.div_ceil(64);
+        self.step();
+    }
 }
 
 /// `sum(a[i] * b[i])` in two 8-lane partial sums (plus a scalar tail, which

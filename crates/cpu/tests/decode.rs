@@ -43,7 +43,7 @@ fn matches_reference_for_every_layout_dtype_and_group() {
         for dtype in DType::ALL {
             for (i, &(hq, hkv)) in groups.iter().enumerate() {
                 // The long sequence in a rotating subset keeps the f64 reference quick.
-                let long = if (i + seed as usize) % 3 == 0 { 3000 } else { 700 };
+                let long = if (i + seed as usize).is_multiple_of(3) { 3000 } else { 700 };
                 let lens = [0, 1, 15, 16, 17, long, 33];
                 let batch = HostBatch::random(&problem(hq, hkv, 128, uniform(dtype), layout, &lens), seed);
                 seed += 1;
@@ -102,6 +102,22 @@ fn portable_path_matches_reference_too() {
             let what = format!("portable {dtype} d={d}");
             check(&backend, &batch, Policy::Fixed { splits: 1 }, &what);
             check(&backend, &batch, Policy::Fixed { splits: 7 }, &what);
+        }
+    }
+}
+
+#[test]
+fn avx2_path_matches_reference_too() {
+    // On an AVX-512 machine this runs the AVX2 loop; elsewhere whatever is best.
+    let backend = backend().at_most_avx2();
+    assert_ne!(backend.instruction_set(), "avx512");
+    for (i, dtype) in DType::ALL.into_iter().enumerate() {
+        for &d in &[64, 120, 256] {
+            let batch =
+                HostBatch::random(&problem(16, 2, d, uniform(dtype), LAYOUTS[3 - i], &[0, 1, 17, 500]), 60 + i as u64);
+            let what = format!("at most avx2 {dtype} d={d}");
+            check(&backend, &batch, Policy::Fixed { splits: 1 }, &what);
+            check(&backend, &batch, Policy::Fixed { splits: 9 }, &what);
         }
     }
 }
