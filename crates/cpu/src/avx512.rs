@@ -8,8 +8,9 @@
 //!   reduced into one vector of the tile's 16 scores;
 //! * the online softmax on that vector, rows past a partial tile's end
 //!   masked out;
-//! * V rows decoded row-major and accumulated 128 columns at a time in eight
-//!   registers over the tile's rows.
+//! * V rows read straight from the cache, each 16-element chunk decoded once
+//!   into a register and accumulated into up to four heads at a time, 64
+//!   columns per head held in registers over the tile's rows.
 //!
 //! Every pointer read or written comes from a slice whose length is checked
 //! first (see each `SAFETY` comment); the only other requirement of the
@@ -48,9 +49,9 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
     let head_offset = work.kv_head * d;
     let mut slots = [0usize; TILE];
     // Prefetch steps per tile: one per K chunk of each head's scores, one per
-    // four rows of each head's accumulation blocks.
-    let blocks = d / 128 + (d % 128) / 64 + (d % 64) / 16;
-    let steps = g * (d / 16 + TILE / 4 * blocks);
+    // four rows of each column block of each group of heads accumulated.
+    let blocks = d / 64 + (d % 64) / 16;
+    let steps = g * (d / 16) + g.div_ceil(4) * blocks * (TILE / 4);
     for ahead in 0..PREFETCH_TILES {
         TilePrefetch::new(work, kv.size(), work.start + ahead * TILE, 1).finish();
     }
@@ -95,13 +96,34 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
             _mm512_storeu_ps(out.as_mut_ptr(), p);
         }
 
-        for (&slot, vrow) in slots.iter().zip(scratch.v.chunks_exact_mut(d)) {
+        // V rows straight from the cache: each 16-element chunk is decoded
+        // once into a register and used by up to four heads.
+        let mut v_rows: [&[u8]; TILE] = [&[]; TILE];
+        for (row, &slot) in v_rows.iter_mut().zip(slots.iter()) {
             let offset = (slot * work.slot_elems + head_offset) * kv.size();
-            decode_row(kv, &work.v[offset..offset + row_bytes], vrow, 16);
+            *row = &work.v[offset..offset + row_bytes];
         }
-        for h in 0..g {
-            let p = &scratch.s[h * TILE..h * TILE + n];
-            accumulate(&mut state.acc[h * d..(h + 1) * d], p, &scratch.v[..n * d], d, &mut pf);
+        let v_rows = &v_rows[..n];
+        let mut h = 0;
+        while h < g {
+            let heads = (g - h).min(4);
+            let acc = &mut state.acc[h * d..(h + heads) * d];
+            let p = &scratch.s[h * TILE..(h + heads) * TILE];
+            match (kv, heads) {
+                (Elt::F32, 1) => accumulate_rows::<F32, 1>(acc, p, v_rows, d, &mut pf),
+                (Elt::F32, 2) => accumulate_rows::<F32, 2>(acc, p, v_rows, d, &mut pf),
+                (Elt::F32, 3) => accumulate_rows::<F32, 3>(acc, p, v_rows, d, &mut pf),
+                (Elt::F32, _) => accumulate_rows::<F32, 4>(acc, p, v_rows, d, &mut pf),
+                (Elt::F16, 1) => accumulate_rows::<F16, 1>(acc, p, v_rows, d, &mut pf),
+                (Elt::F16, 2) => accumulate_rows::<F16, 2>(acc, p, v_rows, d, &mut pf),
+                (Elt::F16, 3) => accumulate_rows::<F16, 3>(acc, p, v_rows, d, &mut pf),
+                (Elt::F16, _) => accumulate_rows::<F16, 4>(acc, p, v_rows, d, &mut pf),
+                (Elt::Bf16, 1) => accumulate_rows::<BF16, 1>(acc, p, v_rows, d, &mut pf),
+                (Elt::Bf16, 2) => accumulate_rows::<BF16, 2>(acc, p, v_rows, d, &mut pf),
+                (Elt::Bf16, 3) => accumulate_rows::<BF16, 3>(acc, p, v_rows, d, &mut pf),
+                (Elt::Bf16, _) => accumulate_rows::<BF16, 4>(acc, p, v_rows, d, &mut pf),
+            }
+            h += heads;
         }
         pf.finish();
         t0 += n;
@@ -199,62 +221,104 @@ unsafe fn transpose_sum(a: &[__m512; 16]) -> __m512 {
     _mm512_permutexvar_ps(idx, r)
 }
 
-/// `acc[j] += sum_i p[i] * v[i * d + j]` for the `p.len()` rows of `v`.
+/// Element kinds of [`load16`], as const parameters.
+const F32: u8 = 0;
+const F16: u8 = 1;
+const BF16: u8 = 2;
+
+/// 16 elements of kind `E` at `src`, as f32.
+///
+/// # Safety
+/// `src` must be valid for reading 16 elements; the CPU must have AVX-512F.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
-unsafe fn accumulate(acc: &mut [f32], p: &[f32], v: &[f32], d: usize, pf: &mut TilePrefetch<'_>) {
-    let rows = p.len();
-    if acc.len() != d || v.len() < rows * d || !fits(d) {
+unsafe fn load16<const E: u8>(src: *const u8) -> __m512 {
+    match E {
+        F32 => _mm512_loadu_ps(src as *const f32),
+        F16 => _mm512_cvtph_ps(_mm256_loadu_si256(src as *const __m256i)),
+        _ => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
+            src as *const __m256i,
+        )))),
+    }
+}
+
+/// `acc[h][j] += sum_i p[h][i] * v_i[j]` for the `H` heads of `acc`
+/// (`[H, d]`) and `p` (`[H, TILE]`), over the rows `v_i` (raw elements of
+/// kind `E`, at least `d` each).
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+unsafe fn accumulate_rows<const E: u8, const H: usize>(
+    acc: &mut [f32],
+    p: &[f32],
+    rows: &[&[u8]],
+    d: usize,
+    pf: &mut TilePrefetch<'_>,
+) {
+    let size = if E == F32 { 4 } else { 2 };
+    if !fits(d)
+        || acc.len() < H * d
+        || p.len() < H * TILE
+        || rows.len() > TILE
+        || rows.iter().any(|r| r.len() < d * size)
+    {
         return;
     }
     let mut c = 0;
-    while c + 128 <= d {
-        accumulate_block::<8>(acc, p, v, d, c, pf);
-        c += 128;
-    }
     while c + 64 <= d {
-        accumulate_block::<4>(acc, p, v, d, c, pf);
+        accumulate_rows_block::<E, H, 4>(acc, p, rows, d, c, pf);
         c += 64;
     }
     while c + 16 <= d {
-        accumulate_block::<1>(acc, p, v, d, c, pf);
+        accumulate_rows_block::<E, H, 1>(acc, p, rows, d, c, pf);
         c += 16;
     }
 }
 
-/// Columns `c .. c + 16 * N` of [`accumulate`], held in `N` registers.
+/// Columns `c .. c + 16 * C` of [`accumulate_rows`], in `H * C` registers.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
-unsafe fn accumulate_block<const N: usize>(
+unsafe fn accumulate_rows_block<const E: u8, const H: usize, const C: usize>(
     acc: &mut [f32],
     p: &[f32],
-    v: &[f32],
+    rows: &[&[u8]],
     d: usize,
     c: usize,
     pf: &mut TilePrefetch<'_>,
 ) {
-    if c + 16 * N > d || acc.len() < d || v.len() < p.len() * d {
+    let size = if E == F32 { 4 } else { 2 };
+    // SAFETY (all loads and stores below): `accumulate_rows` checked
+    // `acc.len() >= H * d`, `p.len() >= H * TILE`, `rows.len() <= TILE` and
+    // every row holds `d` elements; columns `c .. c + 16 * C <= d`.
+    if c + 16 * C > d {
         return;
     }
-    let (acc, v) = (acc.as_mut_ptr().add(c), v.as_ptr().add(c));
-    // SAFETY (all loads and stores below): columns `c .. c + 16 * N <= d =
-    // acc.len()`; row `i < p.len()` ends at `i * d + c + 16 * N <= p.len() * d <= v.len()`.
-    let mut a = [_mm512_setzero_ps(); N];
-    for (j, a) in a.iter_mut().enumerate() {
-        *a = _mm512_loadu_ps(acc.add(16 * j));
-    }
-    for (i, &pi) in p.iter().enumerate() {
-        let pb = _mm512_set1_ps(pi);
-        let row = v.add(i * d);
+    let acc = acc.as_mut_ptr();
+    let mut a = [[_mm512_setzero_ps(); C]; H];
+    for (h, a) in a.iter_mut().enumerate() {
         for (j, a) in a.iter_mut().enumerate() {
-            *a = _mm512_fmadd_ps(pb, _mm512_loadu_ps(row.add(16 * j)), *a);
+            *a = _mm512_loadu_ps(acc.add(h * d + c + 16 * j));
+        }
+    }
+    for (i, row) in rows.iter().enumerate() {
+        let mut pb = [_mm512_setzero_ps(); H];
+        for (h, pb) in pb.iter_mut().enumerate() {
+            *pb = _mm512_set1_ps(*p.get_unchecked(h * TILE + i));
+        }
+        let src = row.as_ptr().add(c * size);
+        for j in 0..C {
+            let v = load16::<E>(src.add(16 * j * size));
+            for h in 0..H {
+                a[h][j] = _mm512_fmadd_ps(pb[h], v, a[h][j]);
+            }
         }
         if i % 4 == 3 {
             pf.step();
         }
     }
-    for (j, a) in a.iter().enumerate() {
-        _mm512_storeu_ps(acc.add(16 * j), *a);
+    for (h, a) in a.iter().enumerate() {
+        for (j, a) in a.iter().enumerate() {
+            _mm512_storeu_ps(acc.add(h * d + c + 16 * j), *a);
+        }
     }
 }
 
@@ -339,14 +403,18 @@ mod tests {
                 let exact: f64 = (0..d).map(|j| q[j] as f64 * rows[r * d + j] as f64).sum();
                 assert!((s as f64 - exact).abs() < 1e-4, "d={d} row {r}: {s} vs {exact}");
             }
-            let p: Vec<f32> = (0..13).map(|i| i as f32 * 0.1).collect();
+            // Three heads' weights over 13 rows, rows given as raw f32 bytes.
+            let p: Vec<f32> = (0..3 * TILE).map(|i| (i % TILE) as f32 * 0.1 + (i / TILE) as f32).collect();
             let v: Vec<f32> = (0..13 * d).map(|i| (i as f32 * 0.05).sin()).collect();
-            let mut acc = vec![0.5f32; d];
+            let bytes = decode_attn_core::dtype::encode(decode_attn_core::DType::F32, &v);
+            let rows: Vec<&[u8]> = bytes.chunks_exact(d * 4).collect();
+            let mut acc = vec![0.5f32; 3 * d];
             // SAFETY: the features were detected above.
-            unsafe { accumulate(&mut acc, &p, &v, d, &mut TilePrefetch::none()) };
-            for (j, &a) in acc.iter().enumerate() {
-                let exact: f64 = 0.5 + (0..13).map(|i| p[i] as f64 * v[i * d + j] as f64).sum::<f64>();
-                assert!((a as f64 - exact).abs() < 1e-4, "d={d} column {j}: {a} vs {exact}");
+            unsafe { accumulate_rows::<F32, 3>(&mut acc, &p, &rows, d, &mut TilePrefetch::none()) };
+            for (k, &a) in acc.iter().enumerate() {
+                let (h, j) = (k / d, k % d);
+                let exact: f64 = 0.5 + (0..13).map(|i| p[h * TILE + i] as f64 * v[i * d + j] as f64).sum::<f64>();
+                assert!((a as f64 - exact).abs() < 1e-4, "d={d} head {h} column {j}: {a} vs {exact}");
             }
         }
     }
