@@ -275,6 +275,8 @@ unsafe fn accumulate_rows<const E: u8, const H: usize>(
 }
 
 /// Columns `c .. c + 16 * C` of [`accumulate_rows`], in `H * C` registers.
+// `a[h][j]` indexed by both loops reads better than nested iterators here.
+#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
 unsafe fn accumulate_rows_block<const E: u8, const H: usize, const C: usize>(
