@@ -329,8 +329,8 @@ fn compile_cuda_kernels(root: &Path) -> Result<Option<PathBuf>> {
 
 /// HIP kernels (`kernels/hip/*.hip` or `*.cpp`), compiled device-only for each
 /// of [`HIP_ARCHS`] with clang: Debian's clang-19 knows gfx942, which its
-/// hipcc 5.2 does not. Installs clang-19 and lld-19 with apt only when there is
-/// something to compile and no clang-19 yet.
+/// hipcc 5.2 does not. The toolchain is installed only when there is
+/// something to compile ([`ensure_hip_toolchain`]).
 fn compile_hip_kernels(root: &Path) -> Result<()> {
     let dir = root.join("kernels/hip");
     let files = sources(&dir, &["hip", "cpp"])?;
@@ -338,15 +338,7 @@ fn compile_hip_kernels(root: &Path) -> Result<()> {
         println!("kernels/hip: no .hip or .cpp sources, nothing to compile");
         return Ok(());
     }
-    let clang = match which("clang-19") {
-        Some(clang) => clang,
-        None => {
-            println!("kernels/hip: installing clang-19 and lld-19 (Debian) to compile for {}", HIP_ARCHS.join(", "));
-            run(Command::new("apt-get").arg("update").arg("-qq"))?;
-            run(Command::new("apt-get").args(["install", "-y", "-qq", "clang-19", "lld-19", "libamdhip64-dev"]))?;
-            which("clang-19").ok_or("apt-get installed clang-19 but it is not on PATH")?
-        }
-    };
+    let clang = ensure_hip_toolchain()?;
     let device_libs = hip_device_libs(root)?;
     let out_dir = root.join("target/kernels/hip");
     fs::create_dir_all(&out_dir).map_err(|err| format!("cannot create {}: {err}", out_dir.display()))?;
@@ -390,6 +382,27 @@ fn compile_hip_kernels(root: &Path) -> Result<()> {
     }
 }
 
+/// Debian folder of the ROCm device libraries (package rocm-device-libs).
+const DEBIAN_DEVICE_LIBS: &str = "/usr/lib/x86_64-linux-gnu/amdgcn/bitcode";
+
+/// clang-19, with lld-19, the HIP headers and the ROCm device libraries,
+/// installing with apt-get the Debian packages of whichever are missing.
+fn ensure_hip_toolchain() -> Result<PathBuf> {
+    let present = [
+        ("clang-19", which("clang-19").is_some()),
+        ("lld-19", which("ld.lld-19").is_some()),
+        ("libamdhip64-dev", Path::new("/usr/include/hip/hip_runtime.h").is_file()),
+        ("rocm-device-libs", Path::new(DEBIAN_DEVICE_LIBS).join("oclc_isa_version_940.bc").is_file()),
+    ];
+    let missing: Vec<&str> = present.iter().filter(|(_, found)| !found).map(|(package, _)| *package).collect();
+    if !missing.is_empty() {
+        println!("kernels/hip: installing {} (Debian) to compile for {}", missing.join(", "), HIP_ARCHS.join(", "));
+        run(Command::new("apt-get").args(["update", "-qq"]))?;
+        run(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing))?;
+    }
+    which("clang-19").ok_or_else(|| "apt-get installed clang-19 but it is not on PATH".to_string())
+}
+
 /// A device-library folder for clang: Debian's ROCm bitcode, plus an
 /// `oclc_isa_version_942.bc` copied from the 940 one, which Debian's set lacks
 /// (the two differ only in the ISA version constant the libraries never read
@@ -405,7 +418,7 @@ fn hip_device_libs(root: &Path) -> Result<PathBuf> {
         candidates.iter().map(PathBuf::from).find(|dir| dir.join("oclc_isa_version_940.bc").is_file()).ok_or_else(
             || {
                 format!(
-                    "no ROCm device libraries (oclc_isa_version_940.bc) in {}: apt-get install rocm-device-libs-17",
+                    "no ROCm device libraries (oclc_isa_version_940.bc) in {}: apt-get install rocm-device-libs",
                     candidates.join(", ")
                 )
             },
