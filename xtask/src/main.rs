@@ -112,9 +112,14 @@ struct KernelTools {
 
 fn kernels() -> Result<KernelTools> {
     let root = workspace_root();
-    let nvcc = compile_cuda_kernels(&root)?;
-    compile_hip_kernels(&root)?;
-    Ok(KernelTools { nvcc })
+    // Both vendors always run, so one report shows every kernel that fails.
+    let cuda = compile_cuda_kernels(&root);
+    let hip = compile_hip_kernels(&root);
+    match (cuda, hip) {
+        (Ok(nvcc), Ok(())) => Ok(KernelTools { nvcc }),
+        (Err(err), Ok(())) | (Ok(_), Err(err)) => Err(err),
+        (Err(cuda), Err(hip)) => Err(format!("{cuda}\n{hip}")),
+    }
 }
 
 /// Where nvcc is looked for, in the order `crates/cuda/build.rs` looks, so that
@@ -328,8 +333,9 @@ fn compile_cuda_kernels(root: &Path) -> Result<Option<PathBuf>> {
 }
 
 /// HIP kernels (`kernels/hip/*.hip` or `*.cpp`), compiled device-only for each
-/// of [`HIP_ARCHS`] with clang: Debian's clang-19 knows gfx942, which its
-/// hipcc 5.2 does not. The toolchain is installed only when there is
+/// of [`HIP_ARCHS`] with clang into plain code objects (`target/kernels/hip/
+/// NAME.ARCH.hsaco`, ELF, not offload bundles): Debian's clang-19 knows gfx942,
+/// which its hipcc 5.2 does not. The toolchain is installed only when there is
 /// something to compile ([`ensure_hip_toolchain`]).
 fn compile_hip_kernels(root: &Path) -> Result<()> {
     let dir = root.join("kernels/hip");
@@ -350,15 +356,25 @@ fn compile_hip_kernels(root: &Path) -> Result<()> {
         let mut problems = Vec::new();
         for arch in HIP_ARCHS {
             let mut cmd = Command::new(&clang);
-            cmd.args(["-x", "hip", "-std=c++17", "-O3", "-Wall", "-Wextra", "-Werror", "--offload-device-only"])
-                .arg(format!("--offload-arch={arch}"))
-                .arg(format!("--rocm-device-lib-path={}", device_libs.display()))
-                .arg(format!("-I{}", dir.display()))
-                .arg(format!("-I{}", root.join("kernels/cuda").display()))
-                .arg("-c")
-                .arg(file)
-                .arg("-o")
-                .arg(out_dir.join(format!("{stem}.{arch}.hsaco")));
+            cmd.args([
+                "-x",
+                "hip",
+                "-std=c++17",
+                "-O3",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "--offload-device-only",
+                "--no-gpu-bundle-output",
+            ])
+            .arg(format!("--offload-arch={arch}"))
+            .arg(format!("--rocm-device-lib-path={}", device_libs.display()))
+            .arg(format!("-I{}", dir.display()))
+            .arg(format!("-I{}", root.join("kernels/cuda").display()))
+            .arg("-c")
+            .arg(file)
+            .arg("-o")
+            .arg(out_dir.join(format!("{stem}.{arch}.hsaco")));
             let (ok, log) = capture(&mut cmd)?;
             if !ok || log.to_ascii_lowercase().contains("warning") {
                 problems.push(format!("{arch}:\n{log}"));
