@@ -3,9 +3,10 @@
 //! (every supported one but 120, which goes to `avx2`). The same steps as
 //! `avx2.rs` at twice the width, with 32 registers:
 //!
-//! * K rows decoded chunk-major, `[d / 16][TILE][16]`;
-//! * per query head, 16 running dot products (one per row of the tile)
-//!   reduced into one vector of the tile's 16 scores;
+//! * K rows read straight from the cache: for a group of up to four query
+//!   heads, each 16-element chunk of a row is decoded once into a register
+//!   and used by every head of the group (up to 16 running dot products),
+//!   then reduced into vectors of the tile's 16 scores per head;
 //! * the online softmax on that vector, rows past a partial tile's end
 //!   masked out;
 //! * V rows read straight from the cache, each 16-element chunk decoded once
@@ -38,8 +39,6 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
         && work.q.len() == g * d
         && state.acc.len() == g * d
         && state.l.len() == g
-        && scratch.k.len() == TILE * d
-        && scratch.v.len() == TILE * d
         && scratch.s.len() == g * TILE;
     if !shapes_fit {
         crate::avx2::attend(kv, work, state, scratch);
@@ -48,10 +47,19 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
     let row_bytes = d * kv.size();
     let head_offset = work.kv_head * d;
     let mut slots = [0usize; TILE];
-    // Prefetch steps per tile: one per K chunk of each head's scores, one per
-    // four rows of each column block of each group of heads accumulated.
+    // Prefetch steps per tile: one per K chunk of each row group of each group
+    // of heads scored, one per four rows of each column block of each group
+    // of heads accumulated.
     let blocks = d / 64 + (d % 64) / 16;
-    let steps = g * (d / 16) + g.div_ceil(4) * blocks * (TILE / 4);
+    let score_passes: usize = (0..g)
+        .step_by(4)
+        .map(|h| match g - h {
+            1 => 1,
+            2 => 2,
+            _ => 4,
+        })
+        .sum();
+    let steps = score_passes * (d / 16) + g.div_ceil(4) * blocks * (TILE / 4);
     for ahead in 0..PREFETCH_TILES {
         TilePrefetch::new(work, kv.size(), work.start + ahead * TILE, 1).finish();
     }
@@ -62,18 +70,47 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
         let slots = &mut slots[..n];
         work.slots.fill(t0, slots);
 
+        // The tile's K and V rows, straight from the cache. Rows past a
+        // partial tile's end repeat row 0: computed, then masked out.
+        let mut k_rows: [&[u8]; TILE] = [&[]; TILE];
+        let mut v_rows: [&[u8]; TILE] = [&[]; TILE];
         for (r, &slot) in slots.iter().enumerate() {
             let offset = (slot * work.slot_elems + head_offset) * kv.size();
-            decode_row(kv, &work.k[offset..offset + row_bytes], &mut scratch.k[r * 16..], TILE * 16);
+            k_rows[r] = &work.k[offset..offset + row_bytes];
+            v_rows[r] = &work.v[offset..offset + row_bytes];
+        }
+        for r in n..TILE {
+            k_rows[r] = k_rows[0];
+        }
+        // Scores of up to four heads at a time: each 16-element K chunk is
+        // decoded once into a register and used by every head of the group.
+        let mut h = 0;
+        while h < g {
+            let heads = (g - h).min(4);
+            let q = &work.q[h * d..(h + heads) * d];
+            let out = &mut scratch.s[h * TILE..(h + heads) * TILE];
+            match (kv, heads) {
+                (Elt::F32, 1) => scores_heads::<F32, 1, 16>(q, &k_rows, d, out, &mut pf),
+                (Elt::F32, 2) => scores_heads::<F32, 2, 8>(q, &k_rows, d, out, &mut pf),
+                (Elt::F32, 3) => scores_heads::<F32, 3, 4>(q, &k_rows, d, out, &mut pf),
+                (Elt::F32, _) => scores_heads::<F32, 4, 4>(q, &k_rows, d, out, &mut pf),
+                (Elt::F16, 1) => scores_heads::<F16, 1, 16>(q, &k_rows, d, out, &mut pf),
+                (Elt::F16, 2) => scores_heads::<F16, 2, 8>(q, &k_rows, d, out, &mut pf),
+                (Elt::F16, 3) => scores_heads::<F16, 3, 4>(q, &k_rows, d, out, &mut pf),
+                (Elt::F16, _) => scores_heads::<F16, 4, 4>(q, &k_rows, d, out, &mut pf),
+                (Elt::Bf16, 1) => scores_heads::<BF16, 1, 16>(q, &k_rows, d, out, &mut pf),
+                (Elt::Bf16, 2) => scores_heads::<BF16, 2, 8>(q, &k_rows, d, out, &mut pf),
+                (Elt::Bf16, 3) => scores_heads::<BF16, 3, 4>(q, &k_rows, d, out, &mut pf),
+                (Elt::Bf16, _) => scores_heads::<BF16, 4, 4>(q, &k_rows, d, out, &mut pf),
+            }
+            h += heads;
         }
         // Rows past the tile's end (a sequence's last, partial tile).
         let valid: __mmask16 = if n >= 16 { 0xffff } else { (1u16 << n) - 1 };
         for h in 0..g {
-            let s = _mm512_mask_blend_ps(
-                valid,
-                _mm512_set1_ps(f32::NEG_INFINITY),
-                scores16(&work.q[h * d..(h + 1) * d], &scratch.k, d, &mut pf),
-            );
+            let scores = &scratch.s[h * TILE..(h + 1) * TILE];
+            // SAFETY: `scores` holds TILE = 16 floats.
+            let s = _mm512_mask_blend_ps(valid, _mm512_set1_ps(f32::NEG_INFINITY), _mm512_loadu_ps(scores.as_ptr()));
             let tile_max = _mm512_reduce_max_ps(s);
             let m_old = state.m[h];
             let m_new = m_old.max(tile_max);
@@ -96,13 +133,8 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
             _mm512_storeu_ps(out.as_mut_ptr(), p);
         }
 
-        // V rows straight from the cache: each 16-element chunk is decoded
-        // once into a register and used by up to four heads.
-        let mut v_rows: [&[u8]; TILE] = [&[]; TILE];
-        for (row, &slot) in v_rows.iter_mut().zip(slots.iter()) {
-            let offset = (slot * work.slot_elems + head_offset) * kv.size();
-            *row = &work.v[offset..offset + row_bytes];
-        }
+        // V: each 16-element chunk is decoded once into a register and
+        // accumulated into up to four heads.
         let v_rows = &v_rows[..n];
         let mut h = 0;
         while h < g {
@@ -133,67 +165,63 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
 /// How many tiles ahead of the one being computed K and V rows are prefetched.
 const PREFETCH_TILES: usize = 2;
 
-/// Decodes one row of `src.len() / size` elements (a multiple of 16),
-/// chunk `c` of 16 going to `dst[c * stride..c * stride + 16]`.
+/// Scores of the `H` heads of `q` (`[H, d]`) against the 16 rows of K in
+/// `rows` (raw elements of kind `E`, at least `d` each), written to `out`
+/// (`[H, TILE]`), `R` rows at a time (`H * R <= 16` running dot products).
+// `a[h][r]` indexed by both loops reads better than nested iterators here.
+#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
-unsafe fn decode_row(kv: Elt, src: &[u8], dst: &mut [f32], stride: usize) {
-    let chunks = src.len() / (16 * kv.size());
-    if stride < 16 || dst.len() < (chunks.max(1) - 1) * stride + 16 {
+unsafe fn scores_heads<const E: u8, const H: usize, const R: usize>(
+    q: &[f32],
+    rows: &[&[u8]; TILE],
+    d: usize,
+    out: &mut [f32],
+    pf: &mut TilePrefetch<'_>,
+) {
+    let size = if E == F32 { 4 } else { 2 };
+    if !fits(d)
+        || H * R > 16
+        || !TILE.is_multiple_of(R)
+        || q.len() < H * d
+        || out.len() < H * TILE
+        || rows.iter().any(|r| r.len() < d * size)
+    {
         return;
     }
-    let dst = dst.as_mut_ptr();
-    // SAFETY (every store below): chunk `c < chunks` goes to
-    // `dst[c * stride..c * stride + 16]`, inside `dst` by the check above;
-    // each load reads one `chunks_exact` piece of `src`, unaligned.
-    match kv {
-        Elt::F32 => {
-            for (c, s) in src.chunks_exact(64).enumerate() {
-                _mm512_storeu_ps(dst.add(c * stride), _mm512_loadu_ps(s.as_ptr() as *const f32));
-            }
-        }
-        Elt::Bf16 => {
-            for (c, s) in src.chunks_exact(32).enumerate() {
-                let x = _mm256_loadu_si256(s.as_ptr() as *const __m256i);
-                let bits = _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(x));
-                _mm512_storeu_ps(dst.add(c * stride), _mm512_castsi512_ps(bits));
-            }
-        }
-        Elt::F16 => {
-            for (c, s) in src.chunks_exact(32).enumerate() {
-                let x = _mm256_loadu_si256(s.as_ptr() as *const __m256i);
-                _mm512_storeu_ps(dst.add(c * stride), _mm512_cvtph_ps(x));
-            }
-        }
-    }
-}
-
-/// The 16 dot products of `q` (`d` floats) with the 16 rows of the
-/// chunk-major K tile `k` (`[d / 16][TILE][16]`), lane `r` for row `r`.
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-#[inline]
-unsafe fn scores16(q: &[f32], k: &[f32], d: usize, pf: &mut TilePrefetch<'_>) -> __m512 {
-    if q.len() < d || k.len() < d * TILE || !fits(d) {
-        return _mm512_setzero_ps();
-    }
     let q = q.as_ptr();
-    let mut block = k.as_ptr();
-    let mut a = [_mm512_setzero_ps(); 16];
-    let mut c = 0;
-    while c + 16 <= d {
-        // SAFETY: `c + 16 <= d <= q.len()`; `block` is chunk `c / 16` and row
-        // `r` of it ends at `(c / 16) * TILE * 16 + (r + 1) * 16 <= d * TILE <= k.len()`.
-        let qv = _mm512_loadu_ps(q.add(c));
-        for (r, a) in a.iter_mut().enumerate() {
-            *a = _mm512_fmadd_ps(qv, _mm512_loadu_ps(block.add(16 * r)), *a);
+    for r0 in (0..TILE).step_by(R) {
+        let mut a = [[_mm512_setzero_ps(); R]; H];
+        let mut c = 0;
+        while c + 16 <= d {
+            // SAFETY: `c + 16 <= d`: head `h`'s chunk ends at `h * d + c + 16 <=
+            // H * d <= q.len()`; row `r0 + r < TILE` holds `d` elements.
+            let mut qv = [_mm512_setzero_ps(); H];
+            for (h, qv) in qv.iter_mut().enumerate() {
+                *qv = _mm512_loadu_ps(q.add(h * d + c));
+            }
+            for r in 0..R {
+                let k = load16::<E>(rows[r0 + r].as_ptr().add(c * size));
+                for h in 0..H {
+                    a[h][r] = _mm512_fmadd_ps(qv[h], k, a[h][r]);
+                }
+            }
+            pf.step();
+            c += 16;
         }
-        pf.step();
-        c += 16;
-        if c < d {
-            block = block.add(TILE * 16);
+        let mut flat = [_mm512_setzero_ps(); 16];
+        for h in 0..H {
+            for r in 0..R {
+                flat[h * R + r] = a[h][r];
+            }
+        }
+        let mut sums = [0.0f32; 16];
+        // SAFETY: `sums` holds 16 floats.
+        _mm512_storeu_ps(sums.as_mut_ptr(), transpose_sum(&flat));
+        for h in 0..H {
+            out[h * TILE + r0..h * TILE + r0 + R].copy_from_slice(&sums[h * R..(h + 1) * R]);
         }
     }
-    transpose_sum(&a)
 }
 
 /// Lane `r` of the result is the sum of the 16 lanes of `a[r]`.
@@ -275,6 +303,11 @@ unsafe fn accumulate_rows<const E: u8, const H: usize>(
 }
 
 /// Columns `c .. c + 16 * C` of [`accumulate_rows`], in `H * C` registers.
+///
+/// # Safety
+/// The CPU must have AVX-512F, and the lengths must be as `accumulate_rows`
+/// checks them: `acc.len() >= H * d`, `p.len() >= H * TILE`, `rows.len() <=
+/// TILE`, every row at least `d` elements of kind `E`.
 // `a[h][j]` indexed by both loops reads better than nested iterators here.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
@@ -389,21 +422,22 @@ mod tests {
             return;
         }
         for &d in decode_attn_core::shape::SUPPORTED_HEAD_DIMS.iter().filter(|&&d| fits(d)) {
-            let q: Vec<f32> = (0..d).map(|i| (i as f32 * 0.3).sin()).collect();
-            // Row-major rows, and the chunk-major tile `decode_row` makes of them.
+            // Four heads against 16 rows given as raw bf16 bytes.
+            let q: Vec<f32> = (0..4 * d).map(|i| (i as f32 * 0.3).sin()).collect();
             let rows: Vec<f32> = (0..TILE * d).map(|i| (i as f32 * 0.17).cos()).collect();
-            let bytes = decode_attn_core::dtype::encode(decode_attn_core::DType::F32, &rows);
-            let mut tile = vec![0.0f32; TILE * d];
-            for r in 0..TILE {
-                // SAFETY: the features were detected above.
-                unsafe { decode_row(Elt::F32, &bytes[r * d * 4..(r + 1) * d * 4], &mut tile[r * 16..], TILE * 16) };
+            let bytes = decode_attn_core::dtype::encode(decode_attn_core::DType::Bf16, &rows);
+            let rows = decode_attn_core::dtype::decode(decode_attn_core::DType::Bf16, &bytes);
+            let mut k_rows: [&[u8]; TILE] = [&[]; TILE];
+            for (r, row) in k_rows.iter_mut().enumerate() {
+                *row = &bytes[r * d * 2..(r + 1) * d * 2];
             }
-            let mut s = [0.0f32; 16];
+            let mut s = vec![0.0f32; 4 * TILE];
             // SAFETY: the features were detected above.
-            unsafe { _mm512_storeu_ps(s.as_mut_ptr(), scores16(&q, &tile, d, &mut TilePrefetch::none())) };
-            for (r, &s) in s.iter().enumerate() {
-                let exact: f64 = (0..d).map(|j| q[j] as f64 * rows[r * d + j] as f64).sum();
-                assert!((s as f64 - exact).abs() < 1e-4, "d={d} row {r}: {s} vs {exact}");
+            unsafe { scores_heads::<BF16, 4, 4>(&q, &k_rows, d, &mut s, &mut TilePrefetch::none()) };
+            for (k, &s) in s.iter().enumerate() {
+                let (h, r) = (k / TILE, k % TILE);
+                let exact: f64 = (0..d).map(|j| q[h * d + j] as f64 * rows[r * d + j] as f64).sum();
+                assert!((s as f64 - exact).abs() < 1e-4, "d={d} head {h} row {r}: {s} vs {exact}");
             }
             // Three heads' weights over 13 rows, rows given as raw f32 bytes.
             let p: Vec<f32> = (0..3 * TILE).map(|i| (i % TILE) as f32 * 0.1 + (i / TILE) as f32).collect();

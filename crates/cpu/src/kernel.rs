@@ -8,9 +8,10 @@
 //! is rescaled once per tile, and the V tile is accumulated with the
 //! accumulator columns held in registers across the tile's 16 rows.
 //!
-//! Everything is written as plain loops over fixed-width chunks that LLVM
-//! vectorises. On x86-64 CPUs with AVX2 and FMA the same generic code is
-//! compiled a second time with those features enabled (see [`Isa`]).
+//! This file holds the portable loop (plain loops over fixed-width chunks that
+//! LLVM vectorises), the element conversions, the softmax `exp2`, and the
+//! dispatch: `avx2.rs` and `avx512.rs` run the same steps in intrinsics on
+//! CPUs that have them, chosen once at run time (see [`Isa`]).
 
 use decode_attn_core::{DType, TILE_TOKENS};
 
