@@ -1,0 +1,618 @@
+// decode_test.cu: a standalone check of kernels/cuda/decode.cu against a CPU
+// reference (double accumulation), plus a few bandwidth timings on a GPU.
+//
+// On a GPU:
+//   nvcc -std=c++17 -O2 -arch=sm_90 -I kernels/cuda kernels/cuda/test/decode_test.cu -o /tmp/decode_test
+//   /tmp/decode_test            # correctness, then timings
+//   /tmp/decode_test quick      # correctness only
+// Without one (the kernels on CPU fibers, see cuda_emu.h; correctness only):
+//   g++ -std=c++17 -O2 -DDA_EMULATE -x c++ -I kernels/cuda kernels/cuda/test/decode_test.cu -o /tmp/decode_emu
+//
+// It includes decode.cu directly and launches its entry points with <<<>>>,
+// exactly as the host ABI (decode_params.h) says: grid (num_seqs,
+// num_kv_heads, num_splits) x 128 threads, then the reducer (num_seqs,
+// num_q_heads) when num_splits > 1.
+#ifdef DA_EMULATE
+#include "cuda_emu.h"
+#define DA_LAUNCH(kernel, grid, threads, stream, params) emu_launch(kernel, grid, threads, params)
+#else
+#include <cuda_runtime.h>
+#define DA_LAUNCH(kernel, grid, threads, stream, params) kernel<<<grid, threads, 0, stream>>>(params)
+#endif
+#include "../decode.cu"
+#include "host_convert.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#define CK(x)                                                                                          \
+    do {                                                                                               \
+        cudaError_t e_ = (x);                                                                          \
+        if (e_ != cudaSuccess) {                                                                       \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));         \
+            exit(2);                                                                                   \
+        }                                                                                              \
+    } while (0)
+
+enum DT { F32 = 0, F16 = 1, BF16 = 2 };
+static const char* dt_name[] = {"f32", "f16", "bf16"};
+static int dt_size(int dt) { return dt == F32 ? 4 : 2; }
+
+typedef void (*Kern)(const DecodeParams);
+typedef void (*MergeKern)(const MergeParams);
+struct KernPair {
+    int dt, d;
+    Kern decode, reduce;
+};
+#define KP(TN, DTV, D) {DTV, D, decode_attn_##TN##_d##D, decode_attn_reduce_##TN##_d##D}
+#define KP_ALL(TN, DTV) \
+    KP(TN, DTV, 64), KP(TN, DTV, 80), KP(TN, DTV, 96), KP(TN, DTV, 112), KP(TN, DTV, 120), KP(TN, DTV, 128), \
+        KP(TN, DTV, 192), KP(TN, DTV, 256)
+static KernPair kernels[] = {KP_ALL(f32, F32), KP_ALL(f16, F16), KP_ALL(bf16, BF16)};
+static KernPair find_kernels(int dt, int d) {
+    for (auto& k : kernels)
+        if (k.dt == dt && k.d == d) return k;
+    fprintf(stderr, "no kernel %d %d\n", dt, d);
+    exit(2);
+}
+
+// Host encode (round to nearest even) and decode.
+static void encode(int dt, const std::vector<float>& v, std::vector<unsigned char>& bytes, std::vector<float>& rounded) {
+    bytes.resize(v.size() * dt_size(dt));
+    rounded.resize(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (dt == F32) {
+            memcpy(&bytes[i * 4], &v[i], 4);
+            rounded[i] = v[i];
+        } else if (dt == F16) {
+            unsigned short h = host_f32_to_f16(v[i]);
+            memcpy(&bytes[i * 2], &h, 2);
+            rounded[i] = host_f16_to_f32(h);
+        } else {
+            unsigned short h = host_f32_to_bf16(v[i]);
+            memcpy(&bytes[i * 2], &h, 2);
+            rounded[i] = host_bf16_to_f32(h);
+        }
+    }
+}
+static float decode_elem(int dt, const unsigned char* p) {
+    if (dt == F32) {
+        float f;
+        memcpy(&f, p, 4);
+        return f;
+    }
+    unsigned short h;
+    memcpy(&h, p, 2);
+    return dt == F16 ? host_f16_to_f32(h) : host_bf16_to_f32(h);
+}
+
+// The split rule of plan.rs.
+struct Split {
+    unsigned tiles, per, active;
+};
+static Split split_rule(unsigned len, unsigned num_splits, unsigned min_tiles) {
+    Split s;
+    s.tiles = (len + 15) / 16;
+    s.per = std::max(std::max(min_tiles, 1u), (s.tiles + num_splits - 1) / num_splits);
+    s.active = (s.tiles + s.per - 1) / s.per;
+    return s;
+}
+
+enum Corrupt { NONE = 0, NEG_LEN, TOO_LONG, BAD_SLOT, BAD_INDPTR };
+
+struct Case {
+    int dt, d, hkv, g, layout, bs;
+    std::vector<int> lens;
+    int num_splits, min_tiles;
+    std::vector<int> corrupt;  // per sequence
+    float qscale = 2.0f;
+};
+
+template <typename T>
+static T* dalloc(size_t n) {
+    T* p = nullptr;
+    CK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+    return p;
+}
+
+static std::mt19937_64 rng(12345);
+static float urand() { return std::uniform_real_distribution<float>(-1.f, 1.f)(rng); }
+
+struct Problem {
+    Case c;
+    int B, hq;
+    long long num_slots = 0, num_indices = 0;
+    int mbps = 0;
+    std::vector<int> table, indptr, indices, seq_lens;
+    std::vector<float> q, k, v;  // rounded
+    std::vector<unsigned char> qb, kb, vb;
+};
+
+static Problem build(const Case& c) {
+    Problem P;
+    P.c = c;
+    P.B = (int)c.lens.size();
+    P.hq = c.hkv * c.g;
+    P.seq_lens = c.lens;
+    long long total = 0;
+    for (int l : c.lens) total += std::max(l, 0);
+    if (c.layout == 0) {
+        int nblocks = 0;
+        for (int l : c.lens) {
+            int nb = (std::max(l, 0) + c.bs - 1) / c.bs;
+            P.mbps = std::max(P.mbps, nb);
+            nblocks += nb;
+        }
+        P.mbps += 1;
+        nblocks += 3;
+        std::vector<int> ids(nblocks);
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        P.table.assign((size_t)P.B * P.mbps, -1);
+        int next = 0;
+        for (int b = 0; b < P.B; ++b) {
+            int nb = (std::max(c.lens[b], 0) + c.bs - 1) / c.bs;
+            for (int i = 0; i < nb; ++i) P.table[(size_t)b * P.mbps + i] = ids[next++];
+        }
+        P.num_slots = (long long)nblocks * c.bs;
+    } else {
+        P.num_slots = total + 7;
+        std::vector<int> perm(P.num_slots);
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        P.indptr.push_back(0);
+        for (int b = 0; b < P.B; ++b) {
+            for (int t = 0; t < std::max(c.lens[b], 0); ++t) P.indices.push_back(perm[P.indices.size()]);
+            P.indptr.push_back((int)P.indices.size());
+        }
+        P.num_indices = (long long)P.indices.size();
+    }
+    // Corruptions.
+    for (int b = 0; b < P.B; ++b) {
+        int k = c.corrupt.empty() ? NONE : c.corrupt[b];
+        int len = c.lens[b];
+        if (k == NEG_LEN) P.seq_lens[b] = -5;
+        if (k == TOO_LONG) {
+            if (c.layout == 0) P.seq_lens[b] = P.mbps * c.bs + 1;
+            else P.seq_lens[b] = len + (int)(P.num_indices - P.indptr[b]) + 1;
+        }
+        if (k == BAD_SLOT && len > 0) {
+            int t = len / 2;
+            if (c.layout == 0) P.table[(size_t)b * P.mbps + t / c.bs] = (b & 1) ? -1 : (int)(P.num_slots / c.bs);
+            else P.indices[P.indptr[b] + t] = (b & 1) ? -1 : (int)P.num_slots;
+        }
+        if (k == BAD_INDPTR && c.layout == 1) P.indptr[b] = (b & 1) ? -3 : (int)P.num_indices;
+    }
+    std::vector<float> qf((size_t)P.B * P.hq * c.d), kf((size_t)P.num_slots * c.hkv * c.d), vf(kf.size());
+    for (auto& x : qf) x = urand() * c.qscale;
+    for (auto& x : kf) x = urand();
+    for (auto& x : vf) x = urand();
+    encode(c.dt, qf, P.qb, P.q);
+    encode(c.dt, kf, P.kb, P.k);
+    encode(c.dt, vf, P.vb, P.v);
+    return P;
+}
+
+struct DeviceProblem {
+    void *q, *k, *v, *out;
+    int *lens, *table, *indptr, *indices;
+    float *pacc, *pml;
+};
+
+static DecodeParams make_params(const Problem& P, DeviceProblem& D) {
+    const Case& c = P.c;
+    DecodeParams p;
+    memset(&p, 0, sizeof(p));
+    p.q = D.q;
+    p.k_cache = D.k;
+    p.v_cache = D.v;
+    p.out = D.out;
+    p.seq_lens = D.lens;
+    p.block_table = c.layout == 0 ? D.table : nullptr;
+    p.kv_indptr = c.layout == 1 ? D.indptr : nullptr;
+    p.kv_indices = c.layout == 1 ? D.indices : nullptr;
+    p.partial_acc = c.num_splits > 1 ? D.pacc : nullptr;
+    p.partial_ml = c.num_splits > 1 ? D.pml : nullptr;
+    p.num_slots = P.num_slots;
+    p.num_indices = P.num_indices;
+    p.num_seqs = P.B;
+    p.num_q_heads = P.hq;
+    p.num_kv_heads = c.hkv;
+    p.layout = c.layout;
+    p.block_size = c.bs;
+    p.max_blocks_per_seq = P.mbps;
+    p.num_splits = c.num_splits;
+    p.min_tiles_per_split = c.min_tiles;
+    p.scale_log2 = (float)(1.0 / std::sqrt((double)c.d) * 1.4426950408889634);
+    return p;
+}
+
+static DeviceProblem upload(const Problem& P) {
+    DeviceProblem D;
+    const Case& c = P.c;
+    D.q = dalloc<unsigned char>(P.qb.size());
+    D.k = dalloc<unsigned char>(P.kb.size());
+    D.v = dalloc<unsigned char>(P.vb.size());
+    D.out = dalloc<unsigned char>(P.qb.size());
+    CK(cudaMemcpy(D.q, P.qb.data(), P.qb.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(D.k, P.kb.data(), P.kb.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(D.v, P.vb.data(), P.vb.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemset(D.out, 0x7f, P.qb.size()));  // garbage that is not NaN-free zeros
+    D.lens = dalloc<int>(P.B);
+    CK(cudaMemcpy(D.lens, P.seq_lens.data(), P.B * 4, cudaMemcpyHostToDevice));
+    D.table = dalloc<int>(P.table.size());
+    if (!P.table.empty()) CK(cudaMemcpy(D.table, P.table.data(), P.table.size() * 4, cudaMemcpyHostToDevice));
+    D.indptr = dalloc<int>(P.indptr.size());
+    if (!P.indptr.empty()) CK(cudaMemcpy(D.indptr, P.indptr.data(), P.indptr.size() * 4, cudaMemcpyHostToDevice));
+    D.indices = dalloc<int>(P.indices.size());
+    if (!P.indices.empty())
+        CK(cudaMemcpy(D.indices, P.indices.data(), P.indices.size() * 4, cudaMemcpyHostToDevice));
+    size_t rows = (size_t)P.B * P.hq * c.num_splits;
+    D.pacc = dalloc<float>(rows * c.d);
+    D.pml = dalloc<float>(rows * 2);
+    CK(cudaMemset(D.pacc, 0xff, rows * c.d * 4));  // NaN: a reducer reading an unwritten row shows
+    CK(cudaMemset(D.pml, 0xff, rows * 2 * 4));
+    return D;
+}
+
+static void release(DeviceProblem& D) {
+    for (void* p : {D.q, D.k, D.v, D.out, (void*)D.lens, (void*)D.table, (void*)D.indptr, (void*)D.indices,
+                    (void*)D.pacc, (void*)D.pml})
+        cudaFree(p);
+}
+
+static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0) {
+    KernPair kp = find_kernels(P.c.dt, P.c.d);
+    DA_LAUNCH(kp.decode, dim3(P.B, P.c.hkv, P.c.num_splits), DECODE_THREADS, s, p);
+    if (P.c.num_splits > 1) DA_LAUNCH(kp.reduce, dim3(P.B, P.hq), DECODE_THREADS, s, p);
+}
+
+// Reference output for (b, h), or NaN row if the sequence is corrupt.
+static bool reference(const Problem& P, int b, int h, std::vector<double>& o) {
+    const Case& c = P.c;
+    o.assign(c.d, 0.0);
+    int kind = c.corrupt.empty() ? NONE : c.corrupt[b];
+    if (kind == BAD_INDPTR && c.layout != 1) kind = NONE;
+    if (kind == BAD_SLOT && c.lens[b] == 0) kind = NONE;
+    if (kind != NONE) return false;
+    int len = c.lens[b];
+    if (len == 0) return true;
+    int kvh = h / c.g;
+    const double scale = 1.0 / std::sqrt((double)c.d);
+    std::vector<double> sc(len);
+    double m = -1e300;
+    for (int t = 0; t < len; ++t) {
+        long long slot = c.layout == 0 ? (long long)P.table[(size_t)b * P.mbps + t / c.bs] * c.bs + t % c.bs
+                                       : P.indices[P.indptr[b] + t];
+        const float* kr = &P.k[((size_t)slot * c.hkv + kvh) * c.d];
+        const float* qr = &P.q[((size_t)b * P.hq + h) * c.d];
+        double dot = 0;
+        for (int i = 0; i < c.d; ++i) dot += (double)qr[i] * kr[i];
+        sc[t] = dot * scale;
+        m = std::max(m, sc[t]);
+    }
+    double l = 0;
+    for (int t = 0; t < len; ++t) {
+        long long slot = c.layout == 0 ? (long long)P.table[(size_t)b * P.mbps + t / c.bs] * c.bs + t % c.bs
+                                       : P.indices[P.indptr[b] + t];
+        double w = std::exp(sc[t] - m);
+        l += w;
+        const float* vr = &P.v[((size_t)slot * c.hkv + kvh) * c.d];
+        for (int i = 0; i < c.d; ++i) o[i] += w * vr[i];
+    }
+    for (int i = 0; i < c.d; ++i) o[i] /= l;
+    return true;
+}
+
+static int failures = 0, cases_run = 0;
+
+static void check_case(const Case& c, const char* label) {
+    Problem P = build(c);
+    DeviceProblem D = upload(P);
+    DecodeParams p = make_params(P, D);
+    launch(P, p);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<unsigned char> out(P.qb.size());
+    CK(cudaMemcpy(out.data(), D.out, out.size(), cudaMemcpyDeviceToHost));
+    int bad = 0;
+    if (c.num_splits > 1) {
+        // Surplus splits write nothing: their partial rows keep the 0xff fill.
+        std::vector<unsigned> ml((size_t)P.B * P.hq * c.num_splits * 2);
+        CK(cudaMemcpy(ml.data(), D.pml, ml.size() * 4, cudaMemcpyDeviceToHost));
+        for (int b = 0; b < P.B; ++b) {
+            if (!c.corrupt.empty() && c.corrupt[b] != NONE) continue;
+            unsigned active = split_rule(c.lens[b], c.num_splits, c.min_tiles).active;
+            for (int h = 0; h < P.hq; ++h)
+                for (int j = 0; j < c.num_splits; ++j) {
+                    unsigned m = ml[(((size_t)b * P.hq + h) * c.num_splits + j) * 2];
+                    bool written = m != 0xffffffffu;
+                    if (written != (j < (int)active) && bad++ < 5)
+                        printf("    b=%d h=%d split %d of %u active: written=%d\n", b, h, j, active, (int)written);
+                }
+        }
+    }
+    const double atol = c.dt == F32 ? 2e-5 : c.dt == F16 ? 2e-3 : 1.6e-2;
+    const double rtol = c.dt == F32 ? 2e-5 : c.dt == F16 ? 2e-3 : 1.6e-2;
+    double worst = 0;
+    std::vector<double> ref;
+    for (int b = 0; b < P.B; ++b)
+        for (int h = 0; h < P.hq; ++h) {
+            bool ok = reference(P, b, h, ref);
+            for (int i = 0; i < c.d; ++i) {
+                float got = decode_elem(c.dt, &out[(((size_t)b * P.hq + h) * c.d + i) * dt_size(c.dt)]);
+                if (!ok) {
+                    if (!std::isnan(got)) {
+                        if (bad++ < 5) printf("    b=%d h=%d i=%d: want NaN, got %g\n", b, h, i, got);
+                    }
+                    continue;
+                }
+                double err = std::fabs(got - ref[i]);
+                if (!(err <= atol + rtol * std::fabs(ref[i]))) {
+                    if (bad++ < 5) printf("    b=%d h=%d i=%d: got %g want %g\n", b, h, i, got, ref[i]);
+                }
+                if (std::isfinite(err)) worst = std::max(worst, err);
+            }
+        }
+    ++cases_run;
+    std::string lens;
+    for (size_t i = 0; i < c.lens.size() && i < 6; ++i) lens += std::to_string(c.lens[i]) + ",";
+    printf("%s %-5s d=%3d hkv=%d g=%2d layout=%d bs=%3d splits=%3d min=%d lens=%s.. max|err|=%.2e %s\n",
+           bad ? "FAIL" : "ok  ", dt_name[c.dt], c.d, c.hkv, c.g, c.layout, c.bs, c.num_splits, c.min_tiles,
+           lens.c_str(), worst, label);
+    if (bad) ++failures;
+    release(D);
+}
+
+static void check_merge(int dt, int ntok, int nh, int hd, bool with_lse) {
+    std::vector<float> a((size_t)ntok * nh * hd), bb(a.size()), la(ntok * nh), lb(ntok * nh);
+    for (auto& x : a) x = urand();
+    for (auto& x : bb) x = urand();
+    const float ninf = -INFINITY;
+    for (int i = 0; i < ntok * nh; ++i) {
+        la[i] = urand() * 5;
+        lb[i] = urand() * 5;
+        if (i % 7 == 1) la[i] = ninf;
+        if (i % 7 == 2) lb[i] = ninf;
+        if (i % 7 == 3) la[i] = lb[i] = ninf;
+    }
+    std::vector<unsigned char> ab, bbb;
+    std::vector<float> ar, br;
+    encode(dt, a, ab, ar);
+    encode(dt, bb, bbb, br);
+    void *da = dalloc<unsigned char>(ab.size()), *db = dalloc<unsigned char>(ab.size()),
+         *dout = dalloc<unsigned char>(ab.size());
+    float *dla = dalloc<float>(la.size()), *dlb = dalloc<float>(la.size()), *dlo = dalloc<float>(la.size());
+    CK(cudaMemcpy(da, ab.data(), ab.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db, bbb.data(), ab.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dla, la.data(), la.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dlb, lb.data(), la.size() * 4, cudaMemcpyHostToDevice));
+    MergeParams mp;
+    memset(&mp, 0, sizeof(mp));
+    mp.prefix = da;
+    mp.prefix_lse = dla;
+    mp.suffix = db;
+    mp.suffix_lse = dlb;
+    mp.out = dout;
+    mp.out_lse = with_lse ? dlo : nullptr;
+    mp.num_tokens = ntok;
+    mp.num_heads = nh;
+    mp.head_dim = hd;
+    MergeKern k = dt == F32 ? merge_attn_states_f32 : dt == F16 ? merge_attn_states_f16 : merge_attn_states_bf16;
+    DA_LAUNCH(k, dim3(ntok, nh), DECODE_THREADS, 0, mp);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<unsigned char> out(ab.size());
+    std::vector<float> lo(la.size());
+    CK(cudaMemcpy(out.data(), dout, out.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(lo.data(), dlo, lo.size() * 4, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    const double tol = dt == F32 ? 1e-5 : dt == F16 ? 2e-3 : 1.6e-2;
+    for (int i = 0; i < ntok * nh; ++i) {
+        double m = std::max(la[i], lb[i]);
+        bool empty = std::isinf(m) && m < 0;
+        double wa = empty ? 0 : std::exp(la[i] - m), wb = empty ? 0 : std::exp(lb[i] - m);
+        for (int d = 0; d < hd; ++d) {
+            size_t j = (size_t)i * hd + d;
+            double want = empty ? 0.0 : (wa * ar[j] + wb * br[j]) / (wa + wb);
+            float got = decode_elem(dt, &out[j * dt_size(dt)]);
+            if (!(std::fabs(got - want) <= tol * (1 + std::fabs(want)))) {
+                if (bad++ < 5) printf("    merge i=%d d=%d got %g want %g\n", i, d, got, want);
+            }
+        }
+        if (with_lse) {
+            double want = empty ? -INFINITY : m + std::log(wa + wb);
+            bool ok = empty ? (std::isinf(lo[i]) && lo[i] < 0) : std::fabs(lo[i] - want) <= 1e-5 * (1 + std::fabs(want));
+            if (!ok && bad++ < 5) printf("    merge lse i=%d got %g want %g\n", i, lo[i], want);
+        }
+    }
+    ++cases_run;
+    printf("%s merge %s tokens=%d heads=%d head_dim=%d out_lse=%d\n", bad ? "FAIL" : "ok  ", dt_name[dt], ntok, nh,
+           hd, (int)with_lse);
+    if (bad) ++failures;
+    for (void* p : {da, db, dout, (void*)dla, (void*)dlb, (void*)dlo}) cudaFree(p);
+}
+
+#ifndef DA_EMULATE
+// Times the case on data filled with a constant pattern (the values do not
+// change the work); block tables / token indices are random permutations.
+static double time_case(const Case& c, int reps, double* gbps) {
+    Problem P;
+    P.c = c;
+    P.B = (int)c.lens.size();
+    P.hq = c.hkv * c.g;
+    P.seq_lens = c.lens;
+    long long total = 0;
+    for (int l : c.lens) total += l;
+    if (c.layout == 0) {
+        for (int l : c.lens) P.mbps = std::max(P.mbps, (l + c.bs - 1) / c.bs);
+        long long nblocks = (long long)P.B * P.mbps;
+        std::vector<int> ids(nblocks);
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        P.table = ids;
+        P.num_slots = nblocks * c.bs;
+    } else {
+        P.num_slots = total;
+        P.indices.resize(total);
+        std::iota(P.indices.begin(), P.indices.end(), 0);
+        // Shuffle pages of 16 slots (a paged allocator), keeping slots within a page in order.
+        std::vector<int> pages(total / 16);
+        std::iota(pages.begin(), pages.end(), 0);
+        std::shuffle(pages.begin(), pages.end(), rng);
+        for (long long i = 0; i < total; ++i) P.indices[i] = pages[i / 16] * 16 + i % 16;
+        P.indptr.push_back(0);
+        for (int l : c.lens) P.indptr.push_back(P.indptr.back() + l);
+        P.num_indices = total;
+    }
+    DeviceProblem D;
+    size_t qbytes = (size_t)P.B * P.hq * c.d * dt_size(c.dt), kvbytes = (size_t)P.num_slots * c.hkv * c.d * dt_size(c.dt);
+    D.q = dalloc<unsigned char>(qbytes);
+    D.out = dalloc<unsigned char>(qbytes);
+    D.k = dalloc<unsigned char>(kvbytes);
+    D.v = dalloc<unsigned char>(kvbytes);
+    CK(cudaMemset(D.q, 0x3c, qbytes));
+    CK(cudaMemset(D.k, 0x3c, kvbytes));
+    CK(cudaMemset(D.v, 0x3c, kvbytes));
+    D.lens = dalloc<int>(P.B);
+    CK(cudaMemcpy(D.lens, P.seq_lens.data(), P.B * 4, cudaMemcpyHostToDevice));
+    D.table = dalloc<int>(P.table.size());
+    if (!P.table.empty()) CK(cudaMemcpy(D.table, P.table.data(), P.table.size() * 4, cudaMemcpyHostToDevice));
+    D.indptr = dalloc<int>(P.indptr.size());
+    if (!P.indptr.empty()) CK(cudaMemcpy(D.indptr, P.indptr.data(), P.indptr.size() * 4, cudaMemcpyHostToDevice));
+    D.indices = dalloc<int>(P.indices.size());
+    if (!P.indices.empty())
+        CK(cudaMemcpy(D.indices, P.indices.data(), P.indices.size() * 4, cudaMemcpyHostToDevice));
+    size_t rows = (size_t)P.B * P.hq * c.num_splits;
+    D.pacc = dalloc<float>(rows * c.d);
+    D.pml = dalloc<float>(rows * 2);
+    DecodeParams p = make_params(P, D);
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    for (int i = 0; i < 3; ++i) launch(P, p, s);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaEventRecord(e0, s));
+    for (int i = 0; i < reps; ++i) launch(P, p, s);
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaGetLastError());
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    double us = ms * 1e3 / reps;
+    double bytes = 2.0 * total * c.hkv * c.d * dt_size(c.dt);
+    *gbps = bytes / (us * 1e-6) / 1e9;
+    std::vector<unsigned char> out(qbytes);
+    CK(cudaMemcpy(out.data(), D.out, qbytes, cudaMemcpyDeviceToHost));
+    float o0 = decode_elem(c.dt, out.data());
+    if (!std::isfinite(o0)) printf("    (output not finite: %g)\n", o0);
+    release(D);
+    cudaStreamDestroy(s);
+    return us;
+}
+
+#endif
+
+int main(int argc, char** argv) {
+    bool quick = argc > 1 && std::string(argv[1]) == "quick";
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    const int dims[] = {64, 80, 96, 112, 120, 128, 192, 256};
+
+    // Every (type, head dim): both layouts, unsplit and split, odd and even groups.
+    for (int dt = 0; dt < 3; ++dt)
+        for (int d : dims) {
+            int gmax = 4096 / d;
+            check_case({dt, d, 2, std::min(4, gmax), 0, 16, {1, 17, 300, 0, 33}, 1, 1, {}}, "");
+            check_case({dt, d, 1, gmax, 1, 16, {45, 513, 16}, 3, 1, {}}, "g max, split");
+            check_case({dt, d, 3, 7, 0, 48, {77, 1, 129}, 4, 1, {}}, "g 7");
+            check_case({dt, d, 2, 1, 1, 16, {255, 31}, 1, 1, {}}, "g 1");
+            check_case({dt, d, 2, 2, 0, 32, {100, 7}, 2, 1, {}}, "g 2");
+            check_case({dt, d, 1, 3, 1, 16, {70, 300}, 1, 1, {}}, "g 3");
+        }
+    // Splits: the planner's shapes, surplus splits, min tiles, empty sequences.
+    check_case({BF16, 128, 8, 4, 0, 16, {2560, 17, 0, 5000}, 16, 1, {}}, "vllm-like 16 splits");
+    check_case({BF16, 128, 8, 4, 0, 64, {2560, 17, 0, 5000}, 8, 4, {}}, "sglang-like min tiles");
+    check_case({BF16, 128, 4, 8, 1, 16, {17}, 3, 1, {}}, "desk-check case (g=8 here)");
+    check_case({BF16, 64, 1, 4, 0, 16, {17}, 3, 1, {}}, "desk-check case g=4 d=64 s=17 splits=3");
+    check_case({F16, 128, 2, 6, 1, 16, {40000, 3}, 64, 1, {}}, "long, 64 splits");
+    check_case({F32, 96, 2, 5, 0, 32, {0, 0, 0}, 5, 1, {}}, "all empty, split");
+    check_case({F32, 96, 2, 5, 0, 32, {0, 0, 0}, 1, 1, {}}, "all empty, unsplit");
+    check_case({BF16, 256, 2, 16, 0, 16, {1000, 333}, 1, 1, {}}, "d256 g16");
+    check_case({BF16, 128, 1, 32, 1, 16, {1000, 333}, 2, 1, {}}, "d128 g32");
+    // Guards: NaN for the bad sequence, the others untouched.
+    for (int layout = 0; layout < 2; ++layout)
+        for (int ns : {1, 4}) {
+            check_case({BF16, 128, 2, 4, layout, 16, {100, 200, 300, 400, 50}, ns, 1, {NONE, NEG_LEN, NONE, TOO_LONG, NONE}},
+                       "guards: negative, too long");
+            check_case({F16, 64, 2, 3, layout, 32, {100, 200, 300, 400, 50}, ns, 1, {BAD_SLOT, NONE, BAD_SLOT, NONE, NONE}},
+                       "guards: bad slot");
+            if (layout == 1)
+                check_case({F32, 80, 1, 2, 1, 16, {100, 200, 300, 400}, ns, 1, {NONE, BAD_INDPTR, BAD_INDPTR, NONE}},
+                           "guards: bad indptr");
+        }
+    for (int dt = 0; dt < 3; ++dt) {
+        check_merge(dt, 37, 5, 128, true);
+        check_merge(dt, 3, 4, 80, false);
+    }
+    printf("%d passed, %d failed\n", cases_run - failures, failures);
+    if (quick || failures) return failures ? 1 : 0;
+#ifdef DA_EMULATE
+    (void)quick;
+    return 0;
+#else
+
+    // Timings: KV bytes / time (graph-free launches, back to back).
+    struct T {
+        Case c;
+        const char* what;
+    };
+    std::vector<int> b64(64, 4096), b1 = {131072}, b256(256, 1024), b16(16, 16384);
+    std::vector<T> timings = {
+        {{BF16, 128, 8, 4, 0, 16, b64, 1, 1, {}}, "B=64 s=4096 llama-8B-like (g4) unsplit"},
+        {{BF16, 128, 8, 8, 0, 16, b64, 1, 1, {}}, "B=64 s=4096 g8 unsplit"},
+        {{BF16, 128, 8, 1, 0, 16, b64, 1, 1, {}}, "B=64 s=4096 g1 unsplit"},
+        {{BF16, 128, 8, 4, 1, 1, b64, 1, 1, {}}, "B=64 s=4096 g4 token indices"},
+        {{BF16, 128, 8, 4, 0, 16, b1, 64, 1, {}}, "B=1 s=131072 g4, 64 splits"},
+        {{BF16, 128, 8, 4, 0, 16, b16, 4, 1, {}}, "B=16 s=16384 g4, 4 splits"},
+        {{BF16, 128, 8, 4, 0, 16, b256, 1, 1, {}}, "B=256 s=1024 g4 unsplit"},
+        {{F16, 64, 8, 4, 0, 16, b64, 1, 1, {}}, "f16 d64 B=64 s=4096 g4"},
+        {{BF16, 256, 4, 2, 0, 16, b64, 1, 1, {}}, "bf16 d256 B=64 s=4096 g2"},
+        {{F32, 128, 8, 4, 0, 16, b64, 1, 1, {}}, "f32 d128 B=64 s=4096 g4"},
+    };
+    for (auto& t : timings) {
+        t.c.qscale = 1.0f;
+        double gbps;
+        double us = time_case(t.c, 20, &gbps);
+        printf("time %-45s %9.1f us  %7.0f GB/s\n", t.what, us, gbps);
+    }
+    // Copy bandwidth yardstick (read + write).
+    {
+        size_t n = 2ull << 30;
+        void *a = dalloc<unsigned char>(n), *b = dalloc<unsigned char>(n);
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        CK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
+        cudaEventRecord(e0);
+        for (int i = 0; i < 5; ++i) cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms;
+        cudaEventElapsedTime(&ms, e0, e1);
+        printf("copy %.0f GB/s (read + write)\n", 2.0 * n * 5 / (ms * 1e-3) / 1e9);
+        cudaFree(a);
+        cudaFree(b);
+    }
+    return 0;
+#endif
+}
