@@ -47,11 +47,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             )?;
             let batch = HostBatch::random(&problem, 1);
             let HostIndex::BlockTable { table, max_blocks_per_seq } = &batch.index else { unreachable!() };
-            let q = CpuBuffer::from_bytes(batch.q.clone());
-            let k = CpuBuffer::from_bytes(batch.k_cache.clone());
-            let v = CpuBuffer::from_bytes(batch.v_cache.clone());
-            let lens = CpuBuffer::from_bytes(i32_bytes(&batch.seq_lens));
-            let table = CpuBuffer::from_bytes(i32_bytes(table));
+            // Through `alloc` and `upload`, as a caller of the trait would.
+            let upload = |bytes: &[u8]| -> Result<CpuBuffer, decode_attn_core::Error> {
+                let mut buffer = backend.alloc(bytes.len())?;
+                backend.upload(&mut buffer, bytes)?;
+                Ok(buffer)
+            };
+            let q = upload(&batch.q)?;
+            let k = upload(&batch.k_cache)?;
+            let v = upload(&batch.v_cache)?;
+            let lens = upload(&i32_bytes(&batch.seq_lens))?;
+            let table = upload(&i32_bytes(table))?;
             for policy in [Policy::Auto, Policy::Fixed { splits: 1 }, Policy::Vllm { batch_invariant: false }] {
                 let plan = backend.plan(&problem, policy)?;
                 let mut workspace = backend.alloc(plan.workspace_bytes as usize)?;

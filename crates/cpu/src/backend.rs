@@ -150,8 +150,34 @@ fn alloc_zeroed(bytes: usize) -> Result<Vec<u8>> {
         backend: BACKEND,
         message: format!("cannot allocate {bytes} bytes of host memory"),
     })?;
+    #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    advise_huge_pages(&buffer);
     buffer.resize(bytes, 0);
     Ok(buffer)
+}
+
+/// Asks Linux to back the 2 MiB-aligned interior of `buffer`'s (not yet
+/// touched) capacity with transparent huge pages: the KV pools are read at
+/// scattered blocks, and 4 KiB pages make every block a TLB miss (about 10%
+/// of a 64k-token decode on the 2-core development machine).
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn advise_huge_pages(buffer: &Vec<u8>) {
+    const HUGE: usize = 2 << 20;
+    extern "C" {
+        fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+    }
+    const MADV_HUGEPAGE: i32 = 14; // <asm-generic/mman-common.h>, x86-64 and aarch64 alike
+    let start = buffer.as_ptr() as usize;
+    let aligned = start.next_multiple_of(HUGE);
+    let end = (start + buffer.capacity()) / HUGE * HUGE;
+    if end > aligned {
+        // SAFETY: the range lies inside the allocation `buffer` owns;
+        // MADV_HUGEPAGE only changes how the kernel backs those pages, never
+        // their contents or validity; a failure is harmless and ignored.
+        unsafe {
+            madvise(aligned as *mut std::ffi::c_void, end - aligned, MADV_HUGEPAGE);
+        }
+    }
 }
 
 fn put_f32s(dst: &mut [u8], src: &[f32]) {

@@ -226,5 +226,9 @@ fn upload_download_and_alloc() {
     let err = backend.download(&buffer, &mut short).unwrap_err();
     assert!(matches!(err, Error::BufferSize { expected: 8, actual: 9, .. }), "{err}");
     assert!(backend.alloc(usize::MAX).is_err());
+    // Large enough for the huge-page advice: still zeroed, still the asked size.
+    let big = backend.alloc((6 << 20) + 123).unwrap();
+    assert_eq!(big.as_bytes().len(), (6 << 20) + 123);
+    assert!(big.as_bytes().iter().all(|&b| b == 0));
     backend.synchronize().unwrap();
 }
