@@ -920,3 +920,22 @@ DA_DECODE_ALL_DIMS(bf16, da_bf16)
 DA_MERGE_ENTRY(f32, float)
 DA_MERGE_ENTRY(f16, da_f16)
 DA_MERGE_ENTRY(bf16, da_bf16)
+
+// ---------------------------------------------------------------------------
+// The streaming kernel (decode_stream.cuh): the CUDA backend's default.
+// ---------------------------------------------------------------------------
+#include "decode_stream.cuh"
+
+#define DA_STREAM_ALL_DIMS(TNAME, TYPE)                                                                  \
+    DA_STREAM_ENTRIES(TYPE, TNAME, 64)                                                                   \
+    DA_STREAM_ENTRIES(TYPE, TNAME, 80)                                                                   \
+    DA_STREAM_ENTRIES(TYPE, TNAME, 96)                                                                   \
+    DA_STREAM_ENTRIES(TYPE, TNAME, 112)                                                                  \
+    DA_STREAM_ENTRIES(TYPE, TNAME, 120)                                                                  \
+    DA_STREAM_ENTRIES(TYPE, TNAME, 128)                                                                  \
+    DA_STREAM_ENTRIES(TYPE, TNAME, 192)                                                                  \
+    DA_STREAM_ENTRIES(TYPE, TNAME, 256)
+
+DA_STREAM_ALL_DIMS(f32, float)
+DA_STREAM_ALL_DIMS(f16, da_f16)
+DA_STREAM_ALL_DIMS(bf16, da_bf16)

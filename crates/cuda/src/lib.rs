@@ -35,8 +35,9 @@ const BACKEND: &str = "cuda";
 /// Threads per CTA of every kernel (DECODE_THREADS in kernels/cuda).
 pub const DECODE_THREADS: u32 = 128;
 
-/// Query heads times head dim that one CTA can hold (the kernels stage the
-/// whole query group in shared memory).
+/// Query heads times head dim that one CTA of the staged kernel can hold (it
+/// stages the whole query group in shared memory). The stream kernel has no
+/// limit: groups larger than 8 heads are served by several CTAs per KV head.
 pub const MAX_GROUP_ELEMS: usize = 4096;
 
 mod embedded {
@@ -44,7 +45,10 @@ mod embedded {
 }
 
 const DECODE_SOURCE: &str = include_str!("../../../kernels/cuda/decode.cu");
-const KERNEL_HEADERS: &[(&str, &str)] = &[("decode_params.h", include_str!("../../../kernels/cuda/decode_params.h"))];
+const KERNEL_HEADERS: &[(&str, &str)] = &[
+    ("decode_params.h", include_str!("../../../kernels/cuda/decode_params.h")),
+    ("decode_stream.cuh", include_str!("../../../kernels/cuda/decode_stream.cuh")),
+];
 
 /// Where kernels come from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -58,16 +62,30 @@ pub enum KernelSource {
     Nvrtc,
 }
 
+/// Which decode kernel runs. Both compute the same function and execute the
+/// same plan; the conformance suite runs each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DecodeKernel {
+    /// kernels/cuda/decode_stream.cuh: warps stream their own tokens through
+    /// registers, 16-byte loads of a whole iteration in flight. The fast one.
+    #[default]
+    Stream,
+    /// The shared-memory kernel of decode.cu (cp.async ring of K/V tiles).
+    Staged,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct CudaOptions {
     pub kernels: KernelSource,
+    pub kernel: DecodeKernel,
     /// Cache for NVRTC output; `None` compiles in every process.
     pub cache_dir: Option<PathBuf>,
 }
 
 impl CudaOptions {
     /// Documented entry point that reads the environment:
-    /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc` and the cache folder of
+    /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc`,
+    /// `DECODE_ATTN_CUDA_KERNEL=stream|staged` and the cache folder of
     /// [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
         let kernels = match std::env::var("DECODE_ATTN_CUDA_KERNELS").ok().as_deref() {
@@ -81,7 +99,17 @@ impl CudaOptions {
                 })
             }
         };
-        Ok(CudaOptions { kernels, cache_dir: default_cache_dir() })
+        let kernel = match std::env::var("DECODE_ATTN_CUDA_KERNEL").ok().as_deref() {
+            None | Some("") | Some("stream") => DecodeKernel::Stream,
+            Some("staged") => DecodeKernel::Staged,
+            Some(other) => {
+                return Err(Error::Unsupported {
+                    backend: BACKEND,
+                    what: format!("DECODE_ATTN_CUDA_KERNEL={other:?} (expected stream or staged)"),
+                })
+            }
+        };
+        Ok(CudaOptions { kernels, kernel, cache_dir: default_cache_dir() })
     }
 }
 
@@ -130,6 +158,7 @@ pub struct CudaBackend {
     functions: Mutex<HashMap<String, CudaFunction>>,
     props: DeviceProps,
     kernel_origin: String,
+    kernel: DecodeKernel,
 }
 
 impl CudaBackend {
@@ -174,8 +203,13 @@ impl CudaBackend {
             module,
             functions: Mutex::new(HashMap::new()),
             kernel_origin,
+            kernel: options.kernel,
         };
-        let probe = backend.function("decode_attn_bf16_d128")?;
+        // The planner's occupancy: Llama-shaped groups of the kernel in use.
+        let probe = backend.function(match options.kernel {
+            DecodeKernel::Stream => "decode_stream_bf16_d128_h4",
+            DecodeKernel::Staged => "decode_attn_bf16_d128",
+        })?;
         backend.props.ctas_per_sm =
             probe.occupancy_max_active_blocks_per_multiprocessor(DECODE_THREADS, 0, None).map_err(driver_error)?.max(1);
         Ok(backend)
@@ -268,6 +302,18 @@ fn load_module(ctx: &Arc<CudaContext>, options: &CudaOptions) -> Result<(Arc<Cud
     Ok((module, format!("NVRTC, sm_{}{}{why}", arch.0, arch.1)))
 }
 
+/// Query heads per CTA of the stream kernel: the smallest instantiation
+/// (1, 2, 4 or 8) that holds the whole group, so that KV is read once; larger
+/// groups take several CTAs of 8.
+fn stream_heads_per_cta(group_size: usize) -> usize {
+    match group_size {
+        1 => 1,
+        2 => 2,
+        3 | 4 => 4,
+        _ => 8,
+    }
+}
+
 fn dtype_suffix(dtype: DType) -> &'static str {
     match dtype {
         DType::F32 => "f32",
@@ -300,7 +346,7 @@ impl DecodeAttention for CudaBackend {
             });
         }
         let group_elems = problem.shape.group_size() * problem.shape.head_dim;
-        if group_elems > MAX_GROUP_ELEMS {
+        if self.kernel == DecodeKernel::Staged && group_elems > MAX_GROUP_ELEMS {
             return Err(Error::Unsupported {
                 backend: BACKEND,
                 what: format!(
@@ -394,9 +440,18 @@ impl DecodeAttention for CudaBackend {
             _pad: 0,
         };
         let suffix = format!("{}_d{}", dtype_suffix(problem.dtypes.q), shape.head_dim);
-        let main = self.function(&format!("decode_attn_{suffix}"))?;
+        let (main, reduce_name, head_groups) = match self.kernel {
+            DecodeKernel::Stream => {
+                let heads = stream_heads_per_cta(shape.group_size());
+                let main = self.function(&format!("decode_stream_{suffix}_h{heads}"))?;
+                (main, format!("decode_stream_reduce_{suffix}"), shape.group_size().div_ceil(heads))
+            }
+            DecodeKernel::Staged => {
+                (self.function(&format!("decode_attn_{suffix}"))?, format!("decode_attn_reduce_{suffix}"), 1)
+            }
+        };
         let config = LaunchConfig {
-            grid_dim: (problem.num_seqs() as u32, shape.num_kv_heads as u32, num_splits),
+            grid_dim: (problem.num_seqs() as u32, (shape.num_kv_heads * head_groups) as u32, num_splits),
             block_dim: (DECODE_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -406,7 +461,7 @@ impl DecodeAttention for CudaBackend {
         // bounds-checks block ids, slots and lengths that live in device memory.
         unsafe { self.stream.launch_builder(&main).arg(&params).launch(config) }.map_err(driver_error)?;
         if split {
-            let reduce = self.function(&format!("decode_attn_reduce_{suffix}"))?;
+            let reduce = self.function(&reduce_name)?;
             let config = LaunchConfig {
                 grid_dim: (problem.num_seqs() as u32, shape.num_q_heads as u32, 1),
                 block_dim: (DECODE_THREADS, 1, 1),
@@ -475,14 +530,23 @@ impl DecodeAttention for CudaBackend {
         let (Some(src), Some(dst)) = (&src.slice, &mut dst.slice) else {
             return Err(Error::BufferSize { name: "copy bandwidth buffer", expected: 1, actual: 0 });
         };
+        // Timed on the stream, not in a graph: a memcpy node of a graph may run
+        // on a copy engine, which is slower than the kernel a stream copy uses
+        // (and than what the peers' torch copy measures).
         let copies = 10;
-        let mut copy = || -> Result<()> {
+        let mut run = || -> Result<f64> {
+            let start = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver_error)?;
+            let end = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver_error)?;
+            start.record(&self.stream).map_err(driver_error)?;
             for _ in 0..copies {
                 self.stream.memcpy_dtod(src, dst).map_err(driver_error)?;
             }
-            Ok(())
+            end.record(&self.stream).map_err(driver_error)?;
+            end.synchronize().map_err(driver_error)?;
+            Ok(start.elapsed_ms(&end).map_err(driver_error)? as f64 * 1e3 / copies as f64)
         };
-        let us = self.time_us(&mut copy, 2, 5)? / copies as f64;
+        run()?; // warm-up
+        let us = (0..3).map(|_| run()).collect::<Result<Vec<f64>>>()?.into_iter().fold(f64::INFINITY, f64::min);
         Ok(2.0 * bytes as f64 / (us * 1e3))
     }
 }

@@ -1,0 +1,315 @@
+// decode_stream.cuh: the streaming decode kernel (the CUDA backend's default).
+//
+// Included by decode.cu after its portable layer, element types, sequence
+// guards and split rule. Launch: grid (num_seqs, num_kv_heads * head_groups,
+// num_splits), DECODE_THREADS threads, no dynamic shared memory, where
+// head_groups = ceil(g / HEADS) for the kernel's HEADS (query heads per CTA):
+// the host picks the smallest HEADS in {1, 2, 4, 8} that holds the group, so
+// for g <= 8 each K and V byte is read from HBM exactly once.
+//
+// Why this shape: decode is bound by bytes, and a CTA streams only as fast as
+// the loads it has in flight. Here nothing but registers sits between HBM and
+// the math: each warp walks its own tokens of the split, a row of K (and of V)
+// spread over LANES_PER_ROW lanes as 16-byte chunks, and issues the loads of
+// TOKENS_PER_ITER tokens at once (K and V together) before it touches any of
+// them. Scores reduce across a row's lanes with xor shuffles; the online
+// softmax is updated once per iteration, not once per token; the warps of a
+// CTA merge their (m, l, acc) through shared memory once, at the end.
+#pragma once
+
+#ifndef DA_PORTABLE_LAYER
+// 16-byte streaming load: KV is read once, so keep it out of L1.
+DA_DEVICE uint4 da_ld_stream16(const void* ptr) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(ptr));
+    return r;
+}
+DA_DEVICE int da_syncthreads_or(int predicate) { return __syncthreads_or(predicate); }
+#endif
+
+DA_DEVICE long long da_min_ll(long long a, long long b) { return a < b ? a : b; }
+
+__host__ __device__ constexpr int da_pow2_at_least(int x) { return x <= 1 ? 1 : 2 * da_pow2_at_least((x + 1) / 2); }
+
+template <typename T, int HEAD_DIM, int HEADS>
+struct StreamGeometry {
+    static constexpr int WARPS = DECODE_THREADS / DA_WARP_SIZE;
+    static constexpr int ELEMS_PER_CHUNK = Elem<T>::PER_CHUNK;                       // 16 bytes
+    static constexpr int CHUNKS_PER_ROW = HEAD_DIM * Elem<T>::BYTES / 16;
+    static constexpr int LANES_PER_ROW =
+        da_pow2_at_least(CHUNKS_PER_ROW) < DA_WARP_SIZE ? da_pow2_at_least(CHUNKS_PER_ROW) : DA_WARP_SIZE;
+    static constexpr int CHUNKS_PER_LANE = da_cdiv(CHUNKS_PER_ROW, LANES_PER_ROW);
+    static constexpr int ROWS_PER_LOAD = DA_WARP_SIZE / LANES_PER_ROW;               // tokens per warp-wide load
+    // Row groups loaded per iteration: up to 8 tokens per warp, fewer 16-byte
+    // chunks per lane when a lane already holds 8 heads' Q and accumulators of
+    // a wide row (keeps the kernel free of spills).
+    static constexpr int TARGET_CHUNKS = HEADS * HEAD_DIM * Elem<T>::BYTES >= 8 * 384 ? 4 : 8;
+    static constexpr int LOADS = (TARGET_CHUNKS / ROWS_PER_LOAD) / CHUNKS_PER_LANE > 0
+                                     ? (TARGET_CHUNKS / ROWS_PER_LOAD) / CHUNKS_PER_LANE
+                                     : 1;
+    static constexpr int TOKENS_PER_ITER = LOADS * ROWS_PER_LOAD;
+    static_assert(HEAD_DIM * Elem<T>::BYTES % 16 == 0, "rows are whole 16-byte chunks");
+};
+
+template <typename T, int HEAD_DIM, int HEADS>
+DA_DEVICE void decode_stream_body(const DecodeParams& p) {
+    using G = StreamGeometry<T, HEAD_DIM, HEADS>;
+    constexpr int EPC = G::ELEMS_PER_CHUNK;
+    constexpr int CPL = G::CHUNKS_PER_LANE;
+    constexpr int LPR = G::LANES_PER_ROW;
+    constexpr int U = G::LOADS;
+    constexpr int ELEM_BYTES = Elem<T>::BYTES;
+
+    __shared__ float warp_m[G::WARPS][HEADS];
+    __shared__ float warp_l[G::WARPS][HEADS];
+    __shared__ __align__(16) float warp_acc[G::WARPS][HEADS][HEAD_DIM];
+
+    const int b = blockIdx.x;
+    const int group = p.num_q_heads / p.num_kv_heads;
+    const int head_groups = da_cdiv(group, HEADS);
+    const int kv_head = blockIdx.y / head_groups;
+    const int head0 = kv_head * group + (blockIdx.y % head_groups) * HEADS;  // first query head of this CTA
+    const int num_heads = da_min(HEADS, kv_head * group + group - head0);
+    const int split = blockIdx.z;
+    const int warp = threadIdx.x / DA_WARP_SIZE;
+    const int lane = threadIdx.x % DA_WARP_SIZE;
+    const int row = lane / LPR;
+    const int col = lane % LPR;
+
+    const SeqInfo seq = seq_info(p, b);
+    const int len = seq.ok ? seq.len : 0;
+    const SeqSplit cut = split_rule(p, len);
+    const bool unsplit = p.num_splits == 1;
+    // Surplus splits exit at once; the unsplit CTA always writes (zeros for s = 0, NaN for a bad sequence).
+    if (!unsplit && (unsigned long long)split >= cut.active_splits) return;
+    const long long start = (long long)split * (long long)cut.tiles_per_split * DECODE_TILE_TOKENS;
+    const long long end = da_min_ll(len, start + (long long)cut.tiles_per_split * DECODE_TILE_TOKENS);
+
+    // Q of the CTA's heads, this lane's chunks, pre-scaled into log2 units.
+    float q[HEADS][CPL][EPC];
+#pragma unroll
+    for (int h = 0; h < HEADS; ++h)
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) {
+            const int chunk = col + c * LPR;
+            if (h < num_heads && chunk < G::CHUNKS_PER_ROW) {
+                const char* src = reinterpret_cast<const char*>(p.q) +
+                                  ((long long)b * p.num_q_heads + head0 + h) * HEAD_DIM * ELEM_BYTES + chunk * 16;
+                Elem<T>::unpack(da_ldg16(src), q[h][c]);
+#pragma unroll
+                for (int e = 0; e < EPC; ++e) q[h][c][e] *= p.scale_log2;
+            } else {
+#pragma unroll
+                for (int e = 0; e < EPC; ++e) q[h][c][e] = 0.f;
+            }
+        }
+
+    float acc[HEADS][CPL][EPC];
+    float m[HEADS], l[HEADS];
+#pragma unroll
+    for (int h = 0; h < HEADS; ++h) {
+        m[h] = da_neg_inf();
+        l[h] = 0.f;
+#pragma unroll
+        for (int c = 0; c < CPL; ++c)
+#pragma unroll
+            for (int e = 0; e < EPC; ++e) acc[h][c][e] = 0.f;
+    }
+
+    const long long slot_bytes = (long long)p.num_kv_heads * HEAD_DIM * ELEM_BYTES;
+    const char* k_base = reinterpret_cast<const char*>(p.k_cache) + (long long)kv_head * HEAD_DIM * ELEM_BYTES;
+    const char* v_base = reinterpret_cast<const char*>(p.v_cache) + (long long)kv_head * HEAD_DIM * ELEM_BYTES;
+    const int* index = index_row(p, b, seq);
+    int bad = seq.ok ? 0 : 1;
+
+    for (long long first = start + (long long)warp * G::TOKENS_PER_ITER; first < end;
+         first += (long long)G::WARPS * G::TOKENS_PER_ITER) {
+        // Where this lane's tokens live (-1: past the end, or a bad slot).
+        long long offset[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const long long t = first + u * G::ROWS_PER_LOAD + row;
+            offset[u] = t < end ? resolve_offset(p, load_raw_index(p, index, (int)t), (int)t, slot_bytes, &bad) : -1;
+        }
+        // Every load of the iteration is in flight before any is used.
+        uint4 k_raw[U][CPL], v_raw[U][CPL];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int c = 0; c < CPL; ++c) {
+                const int chunk = col + c * LPR;
+                if (offset[u] >= 0 && chunk < G::CHUNKS_PER_ROW) {
+                    k_raw[u][c] = da_ld_stream16(k_base + offset[u] + chunk * 16);
+                    v_raw[u][c] = da_ld_stream16(v_base + offset[u] + chunk * 16);
+                } else {
+                    k_raw[u][c] = make_uint4(0, 0, 0, 0);
+                    v_raw[u][c] = make_uint4(0, 0, 0, 0);
+                }
+            }
+
+        // Scores s = q . k (log2 units), summed over the row's lanes.
+        float s[U][HEADS];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+#pragma unroll
+            for (int h = 0; h < HEADS; ++h) s[u][h] = 0.f;
+#pragma unroll
+            for (int c = 0; c < CPL; ++c) {
+                float k[EPC];
+                Elem<T>::unpack(k_raw[u][c], k);
+#pragma unroll
+                for (int h = 0; h < HEADS; ++h)
+#pragma unroll
+                    for (int e = 0; e < EPC; ++e) s[u][h] = fmaf(q[h][c][e], k[e], s[u][h]);
+            }
+#pragma unroll
+            for (int h = 0; h < HEADS; ++h) {
+#pragma unroll
+                for (int o = LPR / 2; o > 0; o >>= 1) s[u][h] += da_shfl_xor(s[u][h], o);
+                if (offset[u] < 0) s[u][h] = da_neg_inf();
+            }
+        }
+
+        // Online softmax, once per iteration: the max over the warp's tokens.
+#pragma unroll
+        for (int h = 0; h < HEADS; ++h) {
+            float block_max = s[0][h];
+#pragma unroll
+            for (int u = 1; u < U; ++u) block_max = fmaxf(block_max, s[u][h]);
+#pragma unroll
+            for (int o = LPR; o < DA_WARP_SIZE; o <<= 1) block_max = fmaxf(block_max, da_shfl_xor(block_max, o));
+            const float m_new = fmaxf(m[h], block_max);
+            // First iteration: m = -inf, so alpha = 0 and acc, l (zeros) stay zero.
+            const float alpha = da_exp2(m[h] - m_new);
+            m[h] = m_new;
+            l[h] *= alpha;
+#pragma unroll
+            for (int c = 0; c < CPL; ++c)
+#pragma unroll
+                for (int e = 0; e < EPC; ++e) acc[h][c][e] *= alpha;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                s[u][h] = da_exp2(s[u][h] - m_new);  // p; 0 for tokens past the end
+                l[h] += s[u][h];
+            }
+        }
+
+        // acc += p * v.
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int c = 0; c < CPL; ++c) {
+                float v[EPC];
+                Elem<T>::unpack(v_raw[u][c], v);
+#pragma unroll
+                for (int h = 0; h < HEADS; ++h)
+#pragma unroll
+                    for (int e = 0; e < EPC; ++e) acc[h][c][e] = fmaf(s[u][h], v[e], acc[h][c][e]);
+            }
+    }
+
+    // Sum l and acc over the rows of the warp (m is already warp-wide).
+#pragma unroll
+    for (int o = LPR; o < DA_WARP_SIZE; o <<= 1)
+#pragma unroll
+        for (int h = 0; h < HEADS; ++h) {
+            l[h] += da_shfl_xor(l[h], o);
+#pragma unroll
+            for (int c = 0; c < CPL; ++c)
+#pragma unroll
+                for (int e = 0; e < EPC; ++e) acc[h][c][e] += da_shfl_xor(acc[h][c][e], o);
+        }
+    if (row == 0) {
+#pragma unroll
+        for (int h = 0; h < HEADS; ++h) {
+            if (col == 0) {
+                warp_m[warp][h] = m[h];
+                warp_l[warp][h] = l[h];
+            }
+#pragma unroll
+            for (int c = 0; c < CPL; ++c) {
+                const int chunk = col + c * LPR;
+                if (chunk < G::CHUNKS_PER_ROW)
+#pragma unroll
+                    for (int e = 0; e < EPC; ++e) warp_acc[warp][h][chunk * EPC + e] = acc[h][c][e];
+            }
+        }
+    }
+    bad = da_syncthreads_or(bad);
+
+    // Merge the warps: M = max m_w, L = sum l_w 2^(m_w - M), A = sum acc_w 2^(m_w - M).
+    for (int i = threadIdx.x; i < num_heads * HEAD_DIM; i += DECODE_THREADS) {
+        const int h = i / HEAD_DIM;
+        const int d = i % HEAD_DIM;
+        float big_m = da_neg_inf();
+#pragma unroll
+        for (int w = 0; w < G::WARPS; ++w) big_m = fmaxf(big_m, warp_m[w][h]);
+        float big_l = 0.f, a = 0.f;
+        if (big_m != da_neg_inf()) {
+#pragma unroll
+            for (int w = 0; w < G::WARPS; ++w) {
+                const float scale = da_exp2(warp_m[w][h] - big_m);
+                big_l = fmaf(warp_l[w][h], scale, big_l);
+                a = fmaf(warp_acc[w][h][d], scale, a);
+            }
+        }
+        const long long q_head = (long long)b * p.num_q_heads + head0 + h;
+        if (unsplit) {
+            const float value = bad ? da_nan() : big_l == 0.f ? 0.f : a / big_l;
+            Elem<T>::store(p.out, q_head * HEAD_DIM + d, value);
+        } else {
+            const long long row_index = q_head * p.num_splits + split;
+            p.partial_acc[row_index * HEAD_DIM + d] = bad ? da_nan() : a;
+            if (d == 0) {
+                // A bad sequence poisons its rows: l = NaN makes the reducer's sum NaN.
+                p.partial_ml[2 * row_index] = bad ? 0.f : big_m;
+                p.partial_ml[2 * row_index + 1] = bad ? da_nan() : big_l;
+            }
+        }
+    }
+}
+
+// The split reducer: one CTA per (sequence, query head) merges the rows of the
+// active splits with one division; no active split (s = 0) gives zeros.
+template <typename T, int HEAD_DIM>
+DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
+    const int b = blockIdx.x;
+    const int head = blockIdx.y;
+    const long long q_head = (long long)b * p.num_q_heads + head;
+    const SeqInfo seq = seq_info(p, b);
+    if (!seq.ok) {
+        for (int d = threadIdx.x; d < HEAD_DIM; d += DECODE_THREADS) Elem<T>::store(p.out, q_head * HEAD_DIM + d, da_nan());
+        return;
+    }
+    const int active = (int)split_rule(p, seq.len).active_splits;
+    const float* ml = p.partial_ml + 2 * q_head * p.num_splits;
+    float big_m = da_neg_inf();
+    for (int j = 0; j < active; ++j) big_m = fmaxf(big_m, ml[2 * j]);
+    float big_l = 0.f;
+    for (int j = 0; j < active; ++j) big_l += ml[2 * j + 1] * da_exp2(ml[2 * j] - big_m);
+    const float* acc = p.partial_acc + q_head * p.num_splits * HEAD_DIM;
+    for (int d = threadIdx.x; d < HEAD_DIM; d += DECODE_THREADS) {
+        float a = 0.f;
+        for (int j = 0; j < active; ++j) a = fmaf(acc[(long long)j * HEAD_DIM + d], da_exp2(ml[2 * j] - big_m), a);
+        // `== 0` and not `> 0`: a NaN sum (a poisoned row) must stay NaN.
+        Elem<T>::store(p.out, q_head * HEAD_DIM + d, big_l == 0.f ? 0.f : a / big_l);
+    }
+}
+
+#define DA_STREAM_ENTRIES_HEADS(T, TNAME, D, HEADS, MIN_BLOCKS)                                                   \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MIN_BLOCKS)                                      \
+        decode_stream_##TNAME##_d##D##_h##HEADS(const DecodeParams p) {                                           \
+        decode_stream_body<T, D, HEADS>(p);                                                                       \
+    }
+
+#define DA_STREAM_ENTRIES(T, TNAME, D)                                                                            \
+    DA_STREAM_ENTRIES_HEADS(T, TNAME, D, 1, 4)                                                                    \
+    DA_STREAM_ENTRIES_HEADS(T, TNAME, D, 2, 4)                                                                    \
+    DA_STREAM_ENTRIES_HEADS(T, TNAME, D, 4, 3)                                                                    \
+    DA_STREAM_ENTRIES_HEADS(T, TNAME, D, 8, 2)                                                                    \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS) decode_stream_reduce_##TNAME##_d##D(            \
+        const DecodeParams p) {                                                                                   \
+        decode_stream_reduce_body<T, D>(p);                                                                       \
+    }
