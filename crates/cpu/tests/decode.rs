@@ -234,3 +234,19 @@ fn block_table_with_larger_kernel_blocks() {
         check(&backend, &batch, Policy::Fixed { splits: 6 }, &layout.to_string());
     }
 }
+
+#[test]
+fn empty_batches_and_all_empty_sequences() {
+    let backend = backend();
+    for layout in LAYOUTS {
+        let batch = HostBatch::random(&problem(8, 2, 64, uniform(DType::Bf16), layout, &[]), 1);
+        for policy in [Policy::Auto, Policy::Fixed { splits: 4 }] {
+            assert!(run(&backend, &batch, policy, None).unwrap().is_empty());
+        }
+        let batch = HostBatch::random(&problem(8, 2, 64, uniform(DType::F16), layout, &[0, 0, 0]), 2);
+        for policy in [Policy::Auto, Policy::Fixed { splits: 4 }, Policy::Sglang { max_kv_splits: 8 }] {
+            let out = run(&backend, &batch, policy, None).unwrap();
+            assert!(out.iter().all(|&x| x == 0.0), "{layout} {policy}");
+        }
+    }
+}
