@@ -81,8 +81,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             },
                         )
                     },
-                    2,
-                    10,
+                    5,
+                    20,
                 )?;
                 let gbps = plan.kv_bytes as f64 / us / 1e3;
                 println!(
