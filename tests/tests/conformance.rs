@@ -47,6 +47,28 @@ fn misuse_is_rejected(backend: &Backend) {
     assert!(accepted.is_empty(), "{} accepted: {}", backend.name(), accepted.join("; "));
 }
 
+/// Buffers of one backend kind handed to another are an error, never a panic.
+fn foreign_buffers_are_rejected(gpu: &Backend) {
+    let cpu = Backend::cpu();
+    let mut host = cpu.alloc(16).expect("cpu alloc");
+    let mut device = gpu.alloc(16).expect("gpu alloc");
+    let err = gpu.upload(&mut host, &[0; 16]).expect_err("a cpu buffer was accepted by a gpu upload");
+    assert!(err.to_string().contains("allocated by the cpu backend"), "{err}");
+    assert!(cpu.upload(&mut device, &[0; 16]).is_err(), "a gpu buffer was accepted by a cpu upload");
+
+    let problem = decode_attn::DecodeProblem::new(
+        decode_attn::AttentionShape::new(8, 2, 128).expect("shape"),
+        decode_attn::DTypes::uniform(decode_attn::DType::Bf16),
+        KvLayout::block_table(16),
+        vec![40],
+    )
+    .expect("problem");
+    let plan = gpu.plan(&problem, decode_attn::Policy::Auto).expect("plan");
+    let batch = decode_attn::synth::HostBatch::random(&problem, 1);
+    let mut on_cpu = decode_attn::DeviceBatch::upload(&cpu, &batch, plan.workspace_bytes, 0).expect("upload");
+    assert!(gpu.decode(&plan, on_cpu.args()).is_err(), "a gpu decode accepted cpu buffers");
+}
+
 /// The GPU backend `open` gives, or `None` after saying plainly why the test skips.
 fn gpu_or_skip(test: &str, open: fn(usize) -> Result<Backend>) -> Option<Backend> {
     match open(0) {
@@ -80,6 +102,7 @@ fn cuda_matches_the_reference() {
         sweep_passes(&backend, Sweep::Full);
         batch_invariance_holds(&backend);
         misuse_is_rejected(&backend);
+        foreign_buffers_are_rejected(&backend);
     }
 }
 
@@ -90,5 +113,6 @@ fn hip_matches_the_reference() {
         sweep_passes(&backend, Sweep::Full);
         batch_invariance_holds(&backend);
         misuse_is_rejected(&backend);
+        foreign_buffers_are_rejected(&backend);
     }
 }
