@@ -244,6 +244,8 @@ fn parse_ptxas(log: &str) -> Vec<PtxasEntry> {
     entries
 }
 
+/// Every `.cu` directly in `kernels/cuda` (the kernels; `kernels/cuda/test/`
+/// holds a standalone host-side check, which is not a kernel to ship).
 fn compile_cuda_kernels(root: &Path) -> Result<Option<PathBuf>> {
     let dir = root.join("kernels/cuda");
     let files = sources(&dir, &["cu"])?;
