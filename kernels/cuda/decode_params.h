@@ -31,6 +31,7 @@
 #define DECODE_TILE_TOKENS 16
 #define DECODE_LAYOUT_BLOCK_TABLE 0
 #define DECODE_LAYOUT_TOKEN_INDICES 1
+#define DECODE_MAX_SPLITS 1024  // decode_attn_core::plan::MAX_SPLITS
 
 struct DecodeParams {
     const void* q;

@@ -31,6 +31,11 @@ DA_DEVICE int da_syncthreads_or(int predicate) { return __syncthreads_or(predica
 
 DA_DEVICE long long da_min_ll(long long a, long long b) { return a < b ? a : b; }
 
+// Iterations each warp keeps in flight (shared-memory ring), and the dynamic
+// shared memory the host gives every launch of the stream kernel.
+#define DECODE_STREAM_STAGES 4
+#define DECODE_STREAM_RING_BYTES 65536
+
 __host__ __device__ constexpr int da_pow2_at_least(int x) { return x <= 1 ? 1 : 2 * da_pow2_at_least((x + 1) / 2); }
 
 template <typename T, int HEAD_DIM, int HEADS>
@@ -45,11 +50,19 @@ struct StreamGeometry {
     // Row groups loaded per iteration: up to 8 tokens per warp, fewer 16-byte
     // chunks per lane when a lane already holds 8 heads' Q and accumulators of
     // a wide row (keeps the kernel free of spills).
-    static constexpr int TARGET_CHUNKS = HEADS * HEAD_DIM * Elem<T>::BYTES >= 8 * 384 ? 4 : 8;
-    static constexpr int LOADS = (TARGET_CHUNKS / ROWS_PER_LOAD) / CHUNKS_PER_LANE > 0
-                                     ? (TARGET_CHUNKS / ROWS_PER_LOAD) / CHUNKS_PER_LANE
-                                     : 1;
+    static constexpr int TARGET_CHUNKS = HEADS * HEAD_DIM * Elem<T>::BYTES <= 2048 ? 8 : 4;
+    // LOADS * CHUNKS_PER_LANE chunks of K and of V per lane and stage: at most 4 of each.
+    static constexpr int LOADS_WANTED = (TARGET_CHUNKS / ROWS_PER_LOAD) / CHUNKS_PER_LANE;
+    static constexpr int LOADS_CAP = 4 / CHUNKS_PER_LANE > 0 ? 4 / CHUNKS_PER_LANE : 1;
+    static constexpr int LOADS = LOADS_WANTED < 1 ? 1 : LOADS_WANTED < LOADS_CAP ? LOADS_WANTED : LOADS_CAP;
     static constexpr int TOKENS_PER_ITER = LOADS * ROWS_PER_LOAD;
+    static constexpr int LANE_CHUNKS = LOADS * CHUNKS_PER_LANE;
+    // The ring: [warp][stage][K, V][LANE_CHUNKS][lane] of 16 bytes. Each lane
+    // reads back only the chunks it copied itself, so a lane's own
+    // cp.async.wait_group is the only synchronisation the ring needs.
+    static constexpr int RING_BYTES = WARPS * DECODE_STREAM_STAGES * 2 * LANE_CHUNKS * DA_WARP_SIZE * 16;
+    static_assert(RING_BYTES <= DECODE_STREAM_RING_BYTES, "the host reserves DECODE_STREAM_RING_BYTES");
+    static_assert(DECODE_STREAM_STAGES * LOADS <= 32, "valid bits of all stages fit one word");
     static_assert(HEAD_DIM * Elem<T>::BYTES % 16 == 0, "rows are whole 16-byte chunks");
 };
 
@@ -124,31 +137,43 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
     const int* index = index_row(p, b, seq);
     int bad = seq.ok ? 0 : 1;
 
-    for (long long first = start + (long long)warp * G::TOKENS_PER_ITER; first < end;
-         first += (long long)G::WARPS * G::TOKENS_PER_ITER) {
-        // Where this lane's tokens live (-1: past the end, or a bad slot).
-        long long offset[U];
+    // Where this lane's tokens of the iteration starting at `first` live
+    // (-1: past the end, or a bad slot).
+    // An iteration's tokens are TOKENS_PER_ITER (a power of two <= 16) aligned
+    // positions, so under a block table (kernel blocks are multiples of 16)
+    // they share one block: one table entry per iteration, not one per token.
+    static_assert(16 % G::TOKENS_PER_ITER == 0, "an iteration stays inside one 16-token tile");
+    const bool block_table = p.layout == DECODE_LAYOUT_BLOCK_TABLE;
+    auto locate = [&](long long first, long long (&offset)[U]) {
+        const int block = block_table && first < end ? load_raw_index(p, index, (int)first) : 0;
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const long long t = first + u * G::ROWS_PER_LOAD + row;
-            offset[u] = t < end ? resolve_offset(p, load_raw_index(p, index, (int)t), (int)t, slot_bytes, &bad) : -1;
+            const int raw = block_table ? block : t < end ? load_raw_index(p, index, (int)t) : 0;
+            offset[u] = t < end ? resolve_offset(p, raw, (int)t, slot_bytes, &bad) : -1;
         }
-        // Every load of the iteration is in flight before any is used.
-        uint4 k_raw[U][CPL], v_raw[U][CPL];
+    };
+    extern __shared__ __align__(16) unsigned char stream_ring[];
+    uint4* ring = reinterpret_cast<uint4*>(stream_ring) + warp * DECODE_STREAM_STAGES * 2 * G::LANE_CHUNKS * DA_WARP_SIZE;
+    auto ring_chunk = [&](int stage, int kv, int u, int c) {
+        return ring + ((stage * 2 + kv) * G::LANE_CHUNKS + u * CPL + c) * DA_WARP_SIZE + lane;
+    };
+    // Starts the copies of one iteration into `stage` (zeros for dead rows) as one group.
+    auto issue = [&](const long long (&offset)[U], int stage) {
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
             for (int c = 0; c < CPL; ++c) {
                 const int chunk = col + c * LPR;
-                if (offset[u] >= 0 && chunk < G::CHUNKS_PER_ROW) {
-                    k_raw[u][c] = da_ld_stream16(k_base + offset[u] + chunk * 16);
-                    v_raw[u][c] = da_ld_stream16(v_base + offset[u] + chunk * 16);
-                } else {
-                    k_raw[u][c] = make_uint4(0, 0, 0, 0);
-                    v_raw[u][c] = make_uint4(0, 0, 0, 0);
-                }
+                const bool live = offset[u] >= 0 && chunk < G::CHUNKS_PER_ROW;
+                const long long at = live ? offset[u] + chunk * 16 : 0;
+                da_cp_async16(ring_chunk(stage, 0, u, c), k_base + at, live ? 16 : 0);
+                da_cp_async16(ring_chunk(stage, 1, u, c), v_base + at, live ? 16 : 0);
             }
-
+        da_cp_async_commit();
+    };
+    // One iteration's math on fetched rows; `valid` has bit u set for live rows.
+    auto consume = [&](const uint4 (&k_raw)[U][CPL], const uint4 (&v_raw)[U][CPL], unsigned valid) {
         // Scores s = q . k (log2 units), summed over the row's lanes.
         float s[U][HEADS];
 #pragma unroll
@@ -168,10 +193,9 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
             for (int h = 0; h < HEADS; ++h) {
 #pragma unroll
                 for (int o = LPR / 2; o > 0; o >>= 1) s[u][h] += da_shfl_xor(s[u][h], o);
-                if (offset[u] < 0) s[u][h] = da_neg_inf();
+                if (!(valid & (1u << u))) s[u][h] = da_neg_inf();
             }
         }
-
         // Online softmax, once per iteration: the max over the warp's tokens.
 #pragma unroll
         for (int h = 0; h < HEADS; ++h) {
@@ -181,21 +205,24 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
 #pragma unroll
             for (int o = LPR; o < DA_WARP_SIZE; o <<= 1) block_max = fmaxf(block_max, da_shfl_xor(block_max, o));
             const float m_new = fmaxf(m[h], block_max);
-            // First iteration: m = -inf, so alpha = 0 and acc, l (zeros) stay zero.
-            const float alpha = da_exp2(m[h] - m_new);
-            m[h] = m_new;
-            l[h] *= alpha;
+            // The max is warp-wide, so this branch is uniform; once the running
+            // max settles, most iterations skip the rescale. On the first
+            // iteration m = -inf, alpha = 0 and acc, l (zeros) stay zero.
+            if (m_new != m[h]) {
+                const float alpha = da_exp2(m[h] - m_new);
+                m[h] = m_new;
+                l[h] *= alpha;
 #pragma unroll
-            for (int c = 0; c < CPL; ++c)
+                for (int c = 0; c < CPL; ++c)
 #pragma unroll
-                for (int e = 0; e < EPC; ++e) acc[h][c][e] *= alpha;
+                    for (int e = 0; e < EPC; ++e) acc[h][c][e] *= alpha;
+            }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                s[u][h] = da_exp2(s[u][h] - m_new);  // p; 0 for tokens past the end
+                s[u][h] = da_exp2(s[u][h] - m_new);  // p; 0 for rows past the end
                 l[h] += s[u][h];
             }
         }
-
         // acc += p * v.
 #pragma unroll
         for (int u = 0; u < U; ++u)
@@ -208,7 +235,50 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
 #pragma unroll
                     for (int e = 0; e < EPC; ++e) acc[h][c][e] = fmaf(s[u][h], v[e], acc[h][c][e]);
             }
+    };
+    auto live = [](const long long (&offset)[U]) {
+        unsigned bits = 0;
+#pragma unroll
+        for (int u = 0; u < U; ++u) bits |= offset[u] >= 0 ? 1u << u : 0u;
+        return bits;
+    };
+
+    // Pipeline over the warp's iterations (stride `step`): STAGES - 1 of them
+    // are in flight in the ring while one is consumed, and the slots of the
+    // next one to start are looked up a step ahead.
+    constexpr unsigned ROW_BITS = (1u << U) - 1u;
+    const long long step = (long long)G::WARPS * G::TOKENS_PER_ITER;
+    const long long first = start + (long long)warp * G::TOKENS_PER_ITER;
+    long long offset[U];
+    unsigned valid_bits = 0;  // U bits per stage
+#pragma unroll
+    for (int stage = 0; stage < DECODE_STREAM_STAGES - 1; ++stage) {
+        locate(first + stage * step, offset);
+        issue(offset, stage);
+        valid_bits |= live(offset) << (stage * U);
     }
+    locate(first + (DECODE_STREAM_STAGES - 1) * step, offset);
+    int stage = 0;
+    for (long long it = first; it < end; it += step) {
+        da_cp_async_wait<DECODE_STREAM_STAGES - 2>();  // this iteration's group has landed
+        // Refill the slot consumed last iteration (by this same lane, whose
+        // reads of it completed before the math that used them).
+        const int refill = stage == 0 ? DECODE_STREAM_STAGES - 1 : stage - 1;
+        issue(offset, refill);
+        valid_bits = (valid_bits & ~(ROW_BITS << (refill * U))) | (live(offset) << (refill * U));
+        locate(it + DECODE_STREAM_STAGES * step, offset);
+        uint4 k_raw[U][CPL], v_raw[U][CPL];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int c = 0; c < CPL; ++c) {
+                k_raw[u][c] = *ring_chunk(stage, 0, u, c);
+                v_raw[u][c] = *ring_chunk(stage, 1, u, c);
+            }
+        consume(k_raw, v_raw, (valid_bits >> (stage * U)) & ROW_BITS);
+        stage = stage + 1 == DECODE_STREAM_STAGES ? 0 : stage + 1;
+    }
+    da_cp_async_wait<0>();
 
     // Sum l and acc over the rows of the warp (m is already warp-wide).
 #pragma unroll
@@ -272,27 +342,62 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
 }
 
 // The split reducer: one CTA per (sequence, query head) merges the rows of the
-// active splits with one division; no active split (s = 0) gives zeros.
+// active splits with one division; no active split (s = 0) gives zeros. The
+// splits' weights are computed in parallel, one thread per row, so a reduce
+// over hundreds of splits costs a few dependent loads, not hundreds.
+DA_DEVICE float da_block_max(float v, float* scratch) {
+#pragma unroll
+    for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) v = fmaxf(v, da_shfl_xor(v, o));
+    if (threadIdx.x % DA_WARP_SIZE == 0) scratch[threadIdx.x / DA_WARP_SIZE] = v;
+    __syncthreads();
+    float all = scratch[0];
+#pragma unroll
+    for (int w = 1; w < DECODE_THREADS / DA_WARP_SIZE; ++w) all = fmaxf(all, scratch[w]);
+    __syncthreads();
+    return all;
+}
+
+DA_DEVICE float da_block_sum(float v, float* scratch) {
+#pragma unroll
+    for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) v += da_shfl_xor(v, o);
+    if (threadIdx.x % DA_WARP_SIZE == 0) scratch[threadIdx.x / DA_WARP_SIZE] = v;
+    __syncthreads();
+    float all = 0.f;
+#pragma unroll
+    for (int w = 0; w < DECODE_THREADS / DA_WARP_SIZE; ++w) all += scratch[w];
+    __syncthreads();
+    return all;
+}
+
 template <typename T, int HEAD_DIM>
 DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
+    __shared__ float weight[DECODE_MAX_SPLITS];
+    __shared__ float scratch[DECODE_THREADS / DA_WARP_SIZE];
     const int b = blockIdx.x;
     const int head = blockIdx.y;
     const long long q_head = (long long)b * p.num_q_heads + head;
     const SeqInfo seq = seq_info(p, b);
-    if (!seq.ok) {
+    if (!seq.ok || p.num_splits > DECODE_MAX_SPLITS) {
         for (int d = threadIdx.x; d < HEAD_DIM; d += DECODE_THREADS) Elem<T>::store(p.out, q_head * HEAD_DIM + d, da_nan());
         return;
     }
     const int active = (int)split_rule(p, seq.len).active_splits;
     const float* ml = p.partial_ml + 2 * q_head * p.num_splits;
     float big_m = da_neg_inf();
-    for (int j = 0; j < active; ++j) big_m = fmaxf(big_m, ml[2 * j]);
+    for (int j = threadIdx.x; j < active; j += DECODE_THREADS) big_m = fmaxf(big_m, ml[2 * j]);
+    big_m = da_block_max(big_m, scratch);
     float big_l = 0.f;
-    for (int j = 0; j < active; ++j) big_l += ml[2 * j + 1] * da_exp2(ml[2 * j] - big_m);
+    for (int j = threadIdx.x; j < active; j += DECODE_THREADS) {
+        const float w = da_exp2(ml[2 * j] - big_m);
+        weight[j] = w;
+        big_l += ml[2 * j + 1] * w;
+    }
+    big_l = da_block_sum(big_l, scratch);  // also orders the weight writes before the reads below
     const float* acc = p.partial_acc + q_head * p.num_splits * HEAD_DIM;
     for (int d = threadIdx.x; d < HEAD_DIM; d += DECODE_THREADS) {
         float a = 0.f;
-        for (int j = 0; j < active; ++j) a = fmaf(acc[(long long)j * HEAD_DIM + d], da_exp2(ml[2 * j] - big_m), a);
+#pragma unroll 8
+        for (int j = 0; j < active; ++j) a = fmaf(acc[(long long)j * HEAD_DIM + d], weight[j], a);
         // `== 0` and not `> 0`: a NaN sum (a poisoned row) must stay NaN.
         Elem<T>::store(p.out, q_head * HEAD_DIM + d, big_l == 0.f ? 0.f : a / big_l);
     }
@@ -305,8 +410,8 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     }
 
 #define DA_STREAM_ENTRIES(T, TNAME, D)                                                                            \
-    DA_STREAM_ENTRIES_HEADS(T, TNAME, D, 1, 4)                                                                    \
-    DA_STREAM_ENTRIES_HEADS(T, TNAME, D, 2, 4)                                                                    \
+    DA_STREAM_ENTRIES_HEADS(T, TNAME, D, 1, 3)                                                                    \
+    DA_STREAM_ENTRIES_HEADS(T, TNAME, D, 2, 3)                                                                    \
     DA_STREAM_ENTRIES_HEADS(T, TNAME, D, 4, 3)                                                                    \
     DA_STREAM_ENTRIES_HEADS(T, TNAME, D, 8, 2)                                                                    \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS) decode_stream_reduce_##TNAME##_d##D(            \

@@ -35,11 +35,12 @@ fn cdiv(a: u64, b: u64) -> u64 {
 }
 
 /// How many splits, chosen how.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "name", rename_all = "snake_case")]
 pub enum Policy {
     /// Ours: per sequence, from the SM count, the unsplit grid, each length and
     /// a cost model of partial-state traffic against idle multiprocessors.
+    #[default]
     Auto,
     /// vLLM 0.33 `unified_attention`: 16 segments of 16-token tiles iff every
     /// sequence is a one-token decode, `num_seqs <= 128 / num_kv_heads` and
@@ -52,12 +53,6 @@ pub enum Policy {
     /// Splits of `tile_tokens` tokens: a sequence's result is a function of its
     /// own data alone, whoever else is in the batch.
     Deterministic { tile_tokens: u32 },
-}
-
-impl Default for Policy {
-    fn default() -> Self {
-        Policy::Auto
-    }
 }
 
 impl FromStr for Policy {
@@ -397,14 +392,15 @@ fn sglang(problem: &DecodeProblem, max_kv_splits: u32, num_sms: u32) -> (SplitRu
 ///
 /// The call is bound by bytes: KV plus the partial state written and read
 /// back, at the device's streaming bandwidth. It is also bound by its longest
-/// CTA: one CTA streams at about its multiprocessor's share of bandwidth, so a
-/// grid that leaves SMs idle finishes when its fattest CTA does. A split pays
-/// one more dependent launch (the reduce).
+/// CTA: one CTA streams at about the share of bandwidth of one resident CTA
+/// slot (`ctas_per_sm` per multiprocessor), so a grid that leaves slots idle
+/// finishes when its fattest CTA does. A split pays one more dependent launch
+/// (the reduce).
 fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -> f64 {
     let shape = problem.shape;
     let bytes_per_token_per_head = 2.0 * (shape.head_dim * problem.dtypes.kv.size_bytes()) as f64;
     let bandwidth = device.mem_bandwidth_gbps * 1e3; // bytes per microsecond
-    let cta_bandwidth = bandwidth / device.num_sms as f64;
+    let cta_bandwidth = bandwidth / (device.num_sms as f64 * device.ctas_per_sm.max(1) as f64);
     let mut ctas = 0u64;
     let mut fattest_tiles = 0u32;
     let mut partial_records = 0u64;

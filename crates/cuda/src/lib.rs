@@ -35,6 +35,10 @@ const BACKEND: &str = "cuda";
 /// Threads per CTA of every kernel (DECODE_THREADS in kernels/cuda).
 pub const DECODE_THREADS: u32 = 128;
 
+/// Dynamic shared memory of every stream-kernel launch: its ring of K/V
+/// stages (DECODE_STREAM_RING_BYTES in kernels/cuda/decode_stream.cuh).
+pub const STREAM_RING_BYTES: u32 = 65536;
+
 /// Query heads times head dim that one CTA of the staged kernel can hold (it
 /// stages the whole query group in shared memory). The stream kernel has no
 /// limit: groups larger than 8 heads are served by several CTAs per KV head.
@@ -78,6 +82,10 @@ pub enum DecodeKernel {
 pub struct CudaOptions {
     pub kernels: KernelSource,
     pub kernel: DecodeKernel,
+    /// Query heads one CTA of the stream kernel serves, at most (1, 2, 4 or
+    /// 8; 0 means 8). Smaller caps split a group over CTAs that read the same
+    /// KV at about the same time, trading L2 traffic for registers.
+    pub max_heads_per_cta: usize,
     /// Cache for NVRTC output; `None` compiles in every process.
     pub cache_dir: Option<PathBuf>,
 }
@@ -85,7 +93,8 @@ pub struct CudaOptions {
 impl CudaOptions {
     /// Documented entry point that reads the environment:
     /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc`,
-    /// `DECODE_ATTN_CUDA_KERNEL=stream|staged` and the cache folder of
+    /// `DECODE_ATTN_CUDA_KERNEL=stream|staged`, `DECODE_ATTN_CUDA_HEADS_PER_CTA=1|2|4|8`
+    /// and the cache folder of
     /// [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
         let kernels = match std::env::var("DECODE_ATTN_CUDA_KERNELS").ok().as_deref() {
@@ -109,7 +118,19 @@ impl CudaOptions {
                 })
             }
         };
-        Ok(CudaOptions { kernels, kernel, cache_dir: default_cache_dir() })
+        let max_heads_per_cta = match std::env::var("DECODE_ATTN_CUDA_HEADS_PER_CTA").ok().as_deref() {
+            None | Some("") => 0,
+            Some(text) => match text.parse::<usize>() {
+                Ok(n @ (1 | 2 | 4 | 8)) => n,
+                _ => {
+                    return Err(Error::Unsupported {
+                        backend: BACKEND,
+                        what: format!("DECODE_ATTN_CUDA_HEADS_PER_CTA={text:?} (expected 1, 2, 4 or 8)"),
+                    })
+                }
+            },
+        };
+        Ok(CudaOptions { kernels, kernel, max_heads_per_cta, cache_dir: default_cache_dir() })
     }
 }
 
@@ -159,6 +180,7 @@ pub struct CudaBackend {
     props: DeviceProps,
     kernel_origin: String,
     kernel: DecodeKernel,
+    max_heads_per_cta: usize,
 }
 
 impl CudaBackend {
@@ -204,14 +226,17 @@ impl CudaBackend {
             functions: Mutex::new(HashMap::new()),
             kernel_origin,
             kernel: options.kernel,
+            max_heads_per_cta: if options.max_heads_per_cta == 0 { 8 } else { options.max_heads_per_cta },
         };
         // The planner's occupancy: Llama-shaped groups of the kernel in use.
-        let probe = backend.function(match options.kernel {
-            DecodeKernel::Stream => "decode_stream_bf16_d128_h4",
-            DecodeKernel::Staged => "decode_attn_bf16_d128",
-        })?;
-        backend.props.ctas_per_sm =
-            probe.occupancy_max_active_blocks_per_multiprocessor(DECODE_THREADS, 0, None).map_err(driver_error)?.max(1);
+        let (probe, dynamic_smem) = match options.kernel {
+            DecodeKernel::Stream => (backend.function("decode_stream_bf16_d128_h4")?, STREAM_RING_BYTES as usize),
+            DecodeKernel::Staged => (backend.function("decode_attn_bf16_d128")?, 0),
+        };
+        backend.props.ctas_per_sm = probe
+            .occupancy_max_active_blocks_per_multiprocessor(DECODE_THREADS, dynamic_smem, None)
+            .map_err(driver_error)?
+            .max(1);
         Ok(backend)
     }
 
@@ -252,6 +277,14 @@ impl CudaBackend {
             backend: BACKEND,
             message: format!("kernel {name} missing from the loaded module ({}): {e}", self.kernel_origin),
         })?;
+        if name.starts_with("decode_stream_") && !name.starts_with("decode_stream_reduce_") {
+            // Above 48 KB of dynamic shared memory needs an explicit opt-in per function.
+            f.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                STREAM_RING_BYTES as i32,
+            )
+            .map_err(driver_error)?;
+        }
         functions.insert(name.to_string(), f.clone());
         Ok(f)
     }
@@ -440,20 +473,20 @@ impl DecodeAttention for CudaBackend {
             _pad: 0,
         };
         let suffix = format!("{}_d{}", dtype_suffix(problem.dtypes.q), shape.head_dim);
-        let (main, reduce_name, head_groups) = match self.kernel {
+        let (main, reduce_name, head_groups, shared_mem_bytes) = match self.kernel {
             DecodeKernel::Stream => {
-                let heads = stream_heads_per_cta(shape.group_size());
+                let heads = stream_heads_per_cta(shape.group_size()).min(self.max_heads_per_cta);
                 let main = self.function(&format!("decode_stream_{suffix}_h{heads}"))?;
-                (main, format!("decode_stream_reduce_{suffix}"), shape.group_size().div_ceil(heads))
+                (main, format!("decode_stream_reduce_{suffix}"), shape.group_size().div_ceil(heads), STREAM_RING_BYTES)
             }
             DecodeKernel::Staged => {
-                (self.function(&format!("decode_attn_{suffix}"))?, format!("decode_attn_reduce_{suffix}"), 1)
+                (self.function(&format!("decode_attn_{suffix}"))?, format!("decode_attn_reduce_{suffix}"), 1, 0)
             }
         };
         let config = LaunchConfig {
             grid_dim: (problem.num_seqs() as u32, (shape.num_kv_heads * head_groups) as u32, num_splits),
             block_dim: (DECODE_THREADS, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes,
         };
         // SAFETY: `params` matches the kernel's `DecodeParams` (size-checked in
         // params.rs); every address in it points into a live allocation whose
