@@ -157,9 +157,14 @@ pub fn cases(sweep: Sweep) -> Vec<Case> {
         }
     }
 
-    // 3. Group ratios g = h / h_kv, including non-powers of two (Qwen2-7B: 28/4 = 7).
-    let groups: &[(usize, usize)] =
-        if full { &[(4, 4), (8, 1), (16, 2), (28, 4), (32, 8), (64, 8), (12, 2)] } else { &[(4, 4), (8, 1), (28, 4)] };
+    // 3. Group ratios g = h / h_kv, including non-powers of two (Qwen2-7B: 28/4 = 7)
+    //    and groups larger than one CUDA stream-kernel CTA holds (8 heads):
+    //    g = 10, 16 and 32 take several CTAs per KV head.
+    let groups: &[(usize, usize)] = if full {
+        &[(4, 4), (8, 1), (16, 2), (28, 4), (32, 8), (64, 8), (12, 2), (20, 2), (16, 1), (32, 1)]
+    } else {
+        &[(4, 4), (8, 1), (28, 4), (20, 2)]
+    };
     for &(h, h_kv) in groups {
         for name in ["auto", "fixed:5"] {
             problems.push((problem((h, h_kv, 128), bf16, KvLayout::block_table(16), &[5, 64, 129]), policy(name)));
@@ -174,7 +179,7 @@ pub fn cases(sweep: Sweep) -> Vec<Case> {
         (vec![1], "fixed:8"),
         (vec![long], "auto"),
         (vec![long], "fixed:1024"),
-        (vec![long, 0, 16, 1], "deterministic:64"),
+        (vec![long, 0, 15, 16, 17, 1], "deterministic:64"),
         (vec![long, 3, long / 2], "sglang"),
         ((0..if full { 40 } else { 12 }).map(|i| (i * 37 % 211) as u32).collect(), "vllm"),
     ];
