@@ -5,6 +5,8 @@
 //!   `.tools/cuda` when no nvcc is found (no CUDA install or GPU needed).
 //! * `ci`: what `.ci/run` runs: formatting, kernels, clippy, the test suite.
 //! * `bench [ARGS]`: `decode-attn bench --grid peers` on the default backend.
+//! * `test-all-gpus`: the conformance sweep (`decode-attn check`) on every
+//!   CUDA and HIP device present, one after another, one row per device.
 //!
 //! Only the standard library, so that `cargo xtask` builds in seconds.
 
@@ -23,7 +25,9 @@ tasks:
   kernels       compile every kernel under kernels/ for every target (sm_80, sm_90 + PTX;
                 gfx90a, gfx942 once kernels/hip has sources); fails on any warning or spill
   ci            cargo fmt --check, kernels, clippy -D warnings, cargo test --workspace
-  bench [ARGS]  decode-attn bench --grid peers on the default backend (ARGS are passed on)";
+  bench [ARGS]  decode-attn bench --grid peers on the default backend (ARGS are passed on)
+  test-all-gpus the conformance sweep on every CUDA and HIP device present, serially;
+                one row per device; fails on any failure; says so when there is no GPU";
 
 /// The nvcc wheels, all from one CUDA release: 13.0 is what the GPU machine's driver runs.
 const NVCC_WHEELS: &[&str] = &[
@@ -44,6 +48,7 @@ fn main() -> ExitCode {
         Some("kernels") if args.len() == 1 => kernels().map(|_| ()),
         Some("ci") if args.len() == 1 => ci(),
         Some("bench") => bench(&args[1..]),
+        Some("test-all-gpus") if args.len() == 1 => test_all_gpus(),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -503,9 +508,141 @@ fn bench(extra: &[String]) -> Result<()> {
         .args(extra))
 }
 
+// ---------------------------------------------------------------- test-all-gpus
+
+/// One line of `decode-attn devices`: `cuda:0  available  NVIDIA H200, ...`.
+#[derive(Debug, PartialEq, Eq)]
+struct DeviceLine {
+    spec: String,
+    available: bool,
+    detail: String,
+}
+
+/// The GPU devices (`cuda:N`, `hip:N`) and the absent GPU backends (`cuda`,
+/// `hip`, with the reason) that `decode-attn devices` printed.
+fn parse_devices(text: &str) -> Vec<DeviceLine> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let spec = words.next()?;
+            let state = words.next()?;
+            let backend = spec.split(':').next()?;
+            if !(backend == "cuda" || backend == "hip") || !(state == "available" || state == "absent") {
+                return None;
+            }
+            Some(DeviceLine {
+                spec: spec.into(),
+                available: state == "available",
+                detail: words.collect::<Vec<_>>().join(" "),
+            })
+        })
+        .collect()
+}
+
+/// `(passed, failed, skipped)` from the closing line of `decode-attn check`.
+fn parse_check_summary(text: &str) -> Option<(u32, u32, u32)> {
+    let line = text.lines().rev().find(|line| line.contains(" passed, ") && line.contains(" failed"))?;
+    let count = |word: &str| -> Option<u32> {
+        let words: Vec<&str> = line.split(|c: char| c == ',' || c.is_whitespace()).filter(|w| !w.is_empty()).collect();
+        let at = words.iter().position(|w| *w == word)?;
+        words.get(at.checked_sub(1)?)?.parse().ok()
+    };
+    Some((count("passed")?, count("failed")?, count("skipped").unwrap_or(0)))
+}
+
+fn test_all_gpus() -> Result<()> {
+    let root = workspace_root();
+    let mut build = cargo();
+    build.current_dir(&root).args(["build", "--release", "-q", "-p", "decode-attn-cli"]);
+    let tools_nvcc = root.join(".tools/cuda/nvidia/cu13/bin/nvcc");
+    if tools_nvcc.is_file() {
+        build.env("DECODE_ATTN_NVCC", &tools_nvcc);
+    }
+    run(&mut build)?;
+    let cli = root.join("target/release/decode-attn");
+    let (ok, listing) = capture(Command::new(&cli).arg("devices"))?;
+    if !ok {
+        return Err(format!("decode-attn devices failed:\n{listing}"));
+    }
+    let lines = parse_devices(&listing);
+    let devices: Vec<&DeviceLine> = lines.iter().filter(|d| d.spec.contains(':')).collect();
+    if devices.is_empty() {
+        println!("test-all-gpus: no GPU on this machine; nothing to test.");
+        for absent in &lines {
+            println!("  {}: {}", absent.spec, absent.detail);
+        }
+        return Ok(());
+    }
+    println!(
+        "{:8}  {:>6}  {:>6}  {:>7}  {:>7}  {:6}  device",
+        "device", "passed", "failed", "skipped", "seconds", "result"
+    );
+    let mut failures = 0;
+    for device in devices {
+        let started = Instant::now();
+        let (passed, failed, skipped, verdict) = if !device.available {
+            (0, 0, 0, "FAIL (cannot open)")
+        } else {
+            // One device at a time: each sweep has its device to itself.
+            let (ok, text) = capture(Command::new(&cli).args(["check", "--backend", &device.spec]))?;
+            match parse_check_summary(&text) {
+                Some((p, f, s)) if ok && f == 0 && p > 0 => (p, f, s, "PASS"),
+                Some((p, f, s)) => (p, f, s, "FAIL"),
+                None => {
+                    eprintln!("{}: no summary from decode-attn check:\n{text}", device.spec);
+                    (0, 0, 0, "FAIL (no summary)")
+                }
+            }
+        };
+        if verdict != "PASS" {
+            failures += 1;
+        }
+        println!(
+            "{:8}  {passed:>6}  {failed:>6}  {skipped:>7}  {:>7.1}  {verdict:6}  {}",
+            device.spec,
+            started.elapsed().as_secs_f64(),
+            device.detail
+        );
+    }
+    if failures == 0 {
+        Ok(())
+    } else {
+        Err(format!("{failures} device(s) failed the conformance sweep"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_the_device_listing() {
+        let text = "cpu     available  CPU (16 threads), 16 multiprocessors, ~10 GB/s assumed
+cuda:0  available  NVIDIA H200, 132 multiprocessors, ~4424 GB/s assumed
+cuda:1  absent     cuda: out of memory
+hip     absent     hip backend is not available: no HIP runtime found
+auto picks cuda: NVIDIA H200 (132 multiprocessors)
+";
+        let lines = parse_devices(text);
+        assert_eq!(lines.len(), 3);
+        assert_eq!(
+            lines[0],
+            DeviceLine {
+                spec: "cuda:0".into(),
+                available: true,
+                detail: "NVIDIA H200, 132 multiprocessors, ~4424 GB/s assumed".into()
+            }
+        );
+        assert!(!lines[1].available);
+        assert_eq!(lines[2].spec, "hip");
+    }
+
+    #[test]
+    fn parses_the_check_summary() {
+        assert_eq!(parse_check_summary("PASS  x\n126 passed, 0 failed, 32 skipped\n"), Some((126, 0, 32)));
+        assert_eq!(parse_check_summary("3 passed, 1 failed\n"), Some((3, 1, 0)));
+        assert_eq!(parse_check_summary("nothing here"), None);
+    }
 
     #[test]
     fn parses_ptxas_verbose_output() {
