@@ -1,37 +1,35 @@
 //! ROCm/HIP backend: the HIP runtime (`libamdhip64`) is loaded at run time, so
 //! a binary built with this crate starts on machines with no ROCm at all.
 //!
-//! Status: this crate probes for the runtime and reports what it found; the
-//! kernels and launch path arrive with the kv-head-grid partitioned kernel
-//! (see docs/ARCHITECTURE.md). Until then every constructor returns
+//! Status: [`runtime`] loads libamdhip64 and enumerates devices; the kernels
+//! and launch path arrive with the kv-head-grid partitioned kernel (see
+//! docs/ARCHITECTURE.md). Until then every constructor returns
 //! [`Error::Unavailable`] with the reason, never a panic.
 
 use decode_attn_core::{
     DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, MergeArgs, Result,
 };
 
+mod runtime;
+
+pub use runtime::{Runtime, RUNTIME_CANDIDATES};
+
 const BACKEND: &str = "hip";
 
-/// Library names tried, in order, when probing for the HIP runtime.
-pub const RUNTIME_CANDIDATES: &[&str] = &["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"];
-
-/// Number of HIP devices, or why there are none to use.
+/// Number of HIP devices, or why there are none to use: no runtime library,
+/// a runtime that finds no device (`hipErrorNoDevice`), or devices this build
+/// has no kernels for.
 pub fn device_count() -> Result<usize> {
-    let mut tried = Vec::new();
-    for name in RUNTIME_CANDIDATES {
-        // SAFETY: loading a shared library runs its initialisers; libamdhip64's
-        // are the vendor runtime's own and have no preconditions on our side.
-        match unsafe { libloading::Library::new(*name) } {
-            Ok(_) => {
-                return Err(Error::Unavailable {
-                    backend: BACKEND,
-                    reason: format!("{name} is present, but this build has no HIP kernels yet"),
-                })
-            }
-            Err(err) => tried.push(format!("{name}: {err}")),
-        }
+    let runtime = Runtime::load()?;
+    let count = runtime.device_count()?;
+    if count == 0 {
+        return Err(Error::Unavailable { backend: BACKEND, reason: format!("{} reports no device", runtime.library) });
     }
-    Err(Error::Unavailable { backend: BACKEND, reason: format!("no HIP runtime found ({})", tried.join("; ")) })
+    let name = runtime.device_name(0).unwrap_or_else(|err| err.to_string());
+    Err(Error::Unavailable {
+        backend: BACKEND,
+        reason: format!("{count} device(s) ({name}, ...) found, but this build has no HIP kernels yet"),
+    })
 }
 
 /// A HIP device. Not constructible until the HIP kernels land.
@@ -102,9 +100,22 @@ fn unavailable() -> Error {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn a_missing_runtime_is_an_error_value_not_a_panic() {
-        // No ROCm on CI: the probe must say so, naming what it tried.
+    fn no_usable_device_is_an_error_value_not_a_panic() {
+        // CI has no AMD GPU (with or without a HIP runtime installed): the
+        // probe must say why, never panic.
         let err = super::device_count().unwrap_err();
-        assert!(err.to_string().contains("hip"), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("hip"), "{text}");
+        match super::Runtime::load() {
+            // Without a runtime the reason names every library tried.
+            Err(_) => assert!(text.contains("libamdhip64.so.5"), "{text}"),
+            // With one but no device, the runtime's own error name.
+            Ok(runtime) => {
+                assert!(runtime.version().is_ok());
+                if runtime.device_count().is_err() {
+                    assert!(text.contains("hipError"), "{text}");
+                }
+            }
+        }
     }
 }
