@@ -27,29 +27,35 @@ pub(crate) fn fits(head_dim: usize) -> bool {
     head_dim > 0 && head_dim.is_multiple_of(16)
 }
 
-/// Runs one work item (see `kernel::attend`); `work.head_dim` must satisfy [`fits`].
+/// Runs one work item (see `kernel::attend`) and returns true; returns false,
+/// touching nothing, where the shapes do not fit (a head dim that is not a
+/// multiple of 16, lengths that disagree). Tile by tile, every KV head of the item is served in turn, so
+/// the item walks its slots' rows of all its heads (one contiguous run per
+/// slot, and per block of slots) rather than one head's rows at a stride.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2, FMA and F16C.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) {
+pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) -> bool {
     let d = work.head_dim;
-    let g = state.m.len();
+    let heads = work.kv_heads;
+    let g = state.m.len().checked_div(heads).unwrap_or(0);
     let shapes_fit = fits(d)
-        && work.q.len() == g * d
-        && state.acc.len() == g * d
-        && state.l.len() == g
-        && scratch.s.len() == g * TILE;
+        && heads > 0
+        && g > 0
+        && state.m.len() == heads * g
+        && work.q.len() == heads * g * d
+        && state.acc.len() == heads * g * d
+        && state.l.len() == heads * g
+        && scratch.s.len() >= g * TILE;
     if !shapes_fit {
-        crate::avx2::attend(kv, work, state, scratch);
-        return;
+        return false;
     }
     let row_bytes = d * kv.size();
-    let head_offset = work.kv_head * d;
     let mut slots = [0usize; TILE];
     // Prefetch steps per tile: one per K chunk of each row group of each group
     // of heads scored, one per four rows of each column block of each group
-    // of heads accumulated.
+    // of heads accumulated, for each KV head.
     let blocks = d / 64 + (d % 64) / 16;
     let score_passes: usize = (0..g)
         .step_by(4)
@@ -59,7 +65,7 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
             _ => 4,
         })
         .sum();
-    let steps = score_passes * (d / 16) + g.div_ceil(4) * blocks * (TILE / 4);
+    let steps = heads * (score_passes * (d / 16) + g.div_ceil(4) * blocks * (TILE / 4));
     for ahead in 0..PREFETCH_TILES {
         TilePrefetch::new(work, kv.size(), work.start + ahead * TILE, 1).finish();
     }
@@ -69,96 +75,130 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
         let mut pf = TilePrefetch::new(work, kv.size(), t0 + PREFETCH_TILES * TILE, steps);
         let slots = &mut slots[..n];
         work.slots.fill(t0, slots);
-
-        // The tile's K and V rows, straight from the cache. Rows past a
-        // partial tile's end repeat row 0: computed, then masked out.
-        let mut k_rows: [&[u8]; TILE] = [&[]; TILE];
-        let mut v_rows: [&[u8]; TILE] = [&[]; TILE];
-        for (r, &slot) in slots.iter().enumerate() {
-            let offset = (slot * work.slot_elems + head_offset) * kv.size();
-            k_rows[r] = &work.k[offset..offset + row_bytes];
-            v_rows[r] = &work.v[offset..offset + row_bytes];
-        }
-        for r in n..TILE {
-            k_rows[r] = k_rows[0];
-        }
-        // Scores of up to four heads at a time: each 16-element K chunk is
-        // decoded once into a register and used by every head of the group.
-        let mut h = 0;
-        while h < g {
-            let heads = (g - h).min(4);
-            let q = &work.q[h * d..(h + heads) * d];
-            let out = &mut scratch.s[h * TILE..(h + heads) * TILE];
-            match (kv, heads) {
-                (Elt::F32, 1) => scores_heads::<F32, 1, 16>(q, &k_rows, d, out, &mut pf),
-                (Elt::F32, 2) => scores_heads::<F32, 2, 8>(q, &k_rows, d, out, &mut pf),
-                (Elt::F32, 3) => scores_heads::<F32, 3, 4>(q, &k_rows, d, out, &mut pf),
-                (Elt::F32, _) => scores_heads::<F32, 4, 4>(q, &k_rows, d, out, &mut pf),
-                (Elt::F16, 1) => scores_heads::<F16, 1, 16>(q, &k_rows, d, out, &mut pf),
-                (Elt::F16, 2) => scores_heads::<F16, 2, 8>(q, &k_rows, d, out, &mut pf),
-                (Elt::F16, 3) => scores_heads::<F16, 3, 4>(q, &k_rows, d, out, &mut pf),
-                (Elt::F16, _) => scores_heads::<F16, 4, 4>(q, &k_rows, d, out, &mut pf),
-                (Elt::Bf16, 1) => scores_heads::<BF16, 1, 16>(q, &k_rows, d, out, &mut pf),
-                (Elt::Bf16, 2) => scores_heads::<BF16, 2, 8>(q, &k_rows, d, out, &mut pf),
-                (Elt::Bf16, 3) => scores_heads::<BF16, 3, 4>(q, &k_rows, d, out, &mut pf),
-                (Elt::Bf16, _) => scores_heads::<BF16, 4, 4>(q, &k_rows, d, out, &mut pf),
+        for kh in 0..heads {
+            let head_offset = (work.kv_head + kh) * d;
+            // The tile's K and V rows of this KV head, straight from the
+            // cache. Rows past a partial tile's end repeat row 0: computed,
+            // then masked out.
+            let mut k_rows: [&[u8]; TILE] = [&[]; TILE];
+            let mut v_rows: [&[u8]; TILE] = [&[]; TILE];
+            for (r, &slot) in slots.iter().enumerate() {
+                let offset = (slot * work.slot_elems + head_offset) * kv.size();
+                k_rows[r] = &work.k[offset..offset + row_bytes];
+                v_rows[r] = &work.v[offset..offset + row_bytes];
             }
-            h += heads;
-        }
-        // Rows past the tile's end (a sequence's last, partial tile).
-        let valid: __mmask16 = if n >= 16 { 0xffff } else { (1u16 << n) - 1 };
-        for h in 0..g {
-            let scores = &scratch.s[h * TILE..(h + 1) * TILE];
-            // SAFETY: `scores` holds TILE = 16 floats.
-            let s = _mm512_mask_blend_ps(valid, _mm512_set1_ps(f32::NEG_INFINITY), _mm512_loadu_ps(scores.as_ptr()));
-            let tile_max = _mm512_reduce_max_ps(s);
-            let m_old = state.m[h];
-            let m_new = m_old.max(tile_max);
-            if m_new > m_old {
-                let acc = &mut state.acc[h * d..(h + 1) * d];
-                if m_old == f32::NEG_INFINITY {
-                    state.l[h] = 0.0;
-                    acc.fill(0.0);
-                } else {
-                    let alpha = kernel::exp2_nonpositive::<Fused>(m_old - m_new);
-                    state.l[h] *= alpha;
-                    scale(acc, alpha);
-                }
-                state.m[h] = m_new;
+            for r in n..TILE {
+                k_rows[r] = k_rows[0];
             }
-            let p = _mm512_maskz_mov_ps(valid, exp2(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
-            state.l[h] += _mm512_reduce_add_ps(p);
-            let out = &mut scratch.s[h * TILE..(h + 1) * TILE];
-            // SAFETY: `out` holds TILE = 16 floats.
-            _mm512_storeu_ps(out.as_mut_ptr(), p);
-        }
-
-        // V: each 16-element chunk is decoded once into a register and
-        // accumulated into up to four heads.
-        let v_rows = &v_rows[..n];
-        let mut h = 0;
-        while h < g {
-            let heads = (g - h).min(4);
-            let acc = &mut state.acc[h * d..(h + heads) * d];
-            let p = &scratch.s[h * TILE..(h + heads) * TILE];
-            match (kv, heads) {
-                (Elt::F32, 1) => accumulate_rows::<F32, 1>(acc, p, v_rows, d, &mut pf),
-                (Elt::F32, 2) => accumulate_rows::<F32, 2>(acc, p, v_rows, d, &mut pf),
-                (Elt::F32, 3) => accumulate_rows::<F32, 3>(acc, p, v_rows, d, &mut pf),
-                (Elt::F32, _) => accumulate_rows::<F32, 4>(acc, p, v_rows, d, &mut pf),
-                (Elt::F16, 1) => accumulate_rows::<F16, 1>(acc, p, v_rows, d, &mut pf),
-                (Elt::F16, 2) => accumulate_rows::<F16, 2>(acc, p, v_rows, d, &mut pf),
-                (Elt::F16, 3) => accumulate_rows::<F16, 3>(acc, p, v_rows, d, &mut pf),
-                (Elt::F16, _) => accumulate_rows::<F16, 4>(acc, p, v_rows, d, &mut pf),
-                (Elt::Bf16, 1) => accumulate_rows::<BF16, 1>(acc, p, v_rows, d, &mut pf),
-                (Elt::Bf16, 2) => accumulate_rows::<BF16, 2>(acc, p, v_rows, d, &mut pf),
-                (Elt::Bf16, 3) => accumulate_rows::<BF16, 3>(acc, p, v_rows, d, &mut pf),
-                (Elt::Bf16, _) => accumulate_rows::<BF16, 4>(acc, p, v_rows, d, &mut pf),
-            }
-            h += heads;
+            let q = &work.q[kh * g * d..(kh + 1) * g * d];
+            let m = &mut state.m[kh * g..(kh + 1) * g];
+            let l = &mut state.l[kh * g..(kh + 1) * g];
+            let acc = &mut state.acc[kh * g * d..(kh + 1) * g * d];
+            tile(kv, q, m, l, acc, &mut scratch.s[..g * TILE], &k_rows, &v_rows[..n], d, &mut pf);
         }
         pf.finish();
         t0 += n;
+    }
+    true
+}
+
+/// One tile of one KV head: the scores of its `g` query heads (`q`, `[g,
+/// d]`) against the tile's K rows, the online-softmax update of `m`, `l` and
+/// `acc` (`[g, d]`), and the V rows accumulated. `v_rows` holds the tile's
+/// valid rows; `k_rows` past them repeat a valid row (masked out).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+unsafe fn tile(
+    kv: Elt,
+    q: &[f32],
+    m: &mut [f32],
+    l: &mut [f32],
+    acc: &mut [f32],
+    s: &mut [f32],
+    k_rows: &[&[u8]; TILE],
+    v_rows: &[&[u8]],
+    d: usize,
+    pf: &mut TilePrefetch<'_>,
+) {
+    let g = m.len();
+    let n = v_rows.len();
+    if l.len() != g || q.len() != g * d || acc.len() != g * d || s.len() != g * TILE || n == 0 || n > TILE {
+        return;
+    }
+    // Scores of up to four heads at a time: each 16-element K chunk is
+    // decoded once into a register and used by every head of the group.
+    let mut h = 0;
+    while h < g {
+        let heads = (g - h).min(4);
+        let q = &q[h * d..(h + heads) * d];
+        let out = &mut s[h * TILE..(h + heads) * TILE];
+        match (kv, heads) {
+            (Elt::F32, 1) => scores_heads::<F32, 1, 16>(q, k_rows, d, out, pf),
+            (Elt::F32, 2) => scores_heads::<F32, 2, 8>(q, k_rows, d, out, pf),
+            (Elt::F32, 3) => scores_heads::<F32, 3, 4>(q, k_rows, d, out, pf),
+            (Elt::F32, _) => scores_heads::<F32, 4, 4>(q, k_rows, d, out, pf),
+            (Elt::F16, 1) => scores_heads::<F16, 1, 16>(q, k_rows, d, out, pf),
+            (Elt::F16, 2) => scores_heads::<F16, 2, 8>(q, k_rows, d, out, pf),
+            (Elt::F16, 3) => scores_heads::<F16, 3, 4>(q, k_rows, d, out, pf),
+            (Elt::F16, _) => scores_heads::<F16, 4, 4>(q, k_rows, d, out, pf),
+            (Elt::Bf16, 1) => scores_heads::<BF16, 1, 16>(q, k_rows, d, out, pf),
+            (Elt::Bf16, 2) => scores_heads::<BF16, 2, 8>(q, k_rows, d, out, pf),
+            (Elt::Bf16, 3) => scores_heads::<BF16, 3, 4>(q, k_rows, d, out, pf),
+            (Elt::Bf16, _) => scores_heads::<BF16, 4, 4>(q, k_rows, d, out, pf),
+        }
+        h += heads;
+    }
+    // Rows past the tile's end (a sequence's last, partial tile).
+    let valid: __mmask16 = if n >= 16 { 0xffff } else { (1u16 << n) - 1 };
+    for h in 0..g {
+        let scores = &s[h * TILE..(h + 1) * TILE];
+        // SAFETY: `scores` holds TILE = 16 floats.
+        let sv = _mm512_mask_blend_ps(valid, _mm512_set1_ps(f32::NEG_INFINITY), _mm512_loadu_ps(scores.as_ptr()));
+        let tile_max = _mm512_reduce_max_ps(sv);
+        let m_old = m[h];
+        let m_new = m_old.max(tile_max);
+        if m_new > m_old {
+            let acc = &mut acc[h * d..(h + 1) * d];
+            if m_old == f32::NEG_INFINITY {
+                l[h] = 0.0;
+                acc.fill(0.0);
+            } else {
+                let alpha = kernel::exp2_nonpositive::<Fused>(m_old - m_new);
+                l[h] *= alpha;
+                scale(acc, alpha);
+            }
+            m[h] = m_new;
+        }
+        let p = _mm512_maskz_mov_ps(valid, exp2(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
+        l[h] += _mm512_reduce_add_ps(p);
+        let out = &mut s[h * TILE..(h + 1) * TILE];
+        // SAFETY: `out` holds TILE = 16 floats.
+        _mm512_storeu_ps(out.as_mut_ptr(), p);
+    }
+
+    // V: each 16-element chunk is decoded once into a register and
+    // accumulated into up to four heads.
+    let mut h = 0;
+    while h < g {
+        let heads = (g - h).min(4);
+        let acc = &mut acc[h * d..(h + heads) * d];
+        let p = &s[h * TILE..(h + heads) * TILE];
+        match (kv, heads) {
+            (Elt::F32, 1) => accumulate_rows::<F32, 1>(acc, p, v_rows, d, pf),
+            (Elt::F32, 2) => accumulate_rows::<F32, 2>(acc, p, v_rows, d, pf),
+            (Elt::F32, 3) => accumulate_rows::<F32, 3>(acc, p, v_rows, d, pf),
+            (Elt::F32, _) => accumulate_rows::<F32, 4>(acc, p, v_rows, d, pf),
+            (Elt::F16, 1) => accumulate_rows::<F16, 1>(acc, p, v_rows, d, pf),
+            (Elt::F16, 2) => accumulate_rows::<F16, 2>(acc, p, v_rows, d, pf),
+            (Elt::F16, 3) => accumulate_rows::<F16, 3>(acc, p, v_rows, d, pf),
+            (Elt::F16, _) => accumulate_rows::<F16, 4>(acc, p, v_rows, d, pf),
+            (Elt::Bf16, 1) => accumulate_rows::<BF16, 1>(acc, p, v_rows, d, pf),
+            (Elt::Bf16, 2) => accumulate_rows::<BF16, 2>(acc, p, v_rows, d, pf),
+            (Elt::Bf16, 3) => accumulate_rows::<BF16, 3>(acc, p, v_rows, d, pf),
+            (Elt::Bf16, _) => accumulate_rows::<BF16, 4>(acc, p, v_rows, d, pf),
+        }
+        h += heads;
     }
 }
 

@@ -180,6 +180,26 @@ fn advise_huge_pages(buffer: &Vec<u8>) {
     }
 }
 
+/// How many consecutive KV heads one work item serves: as many as keep the
+/// threads busy. An item walks the rows of all its KV heads in each slot, one
+/// contiguous run, instead of one head's rows at a stride of a whole slot;
+/// each head's arithmetic is the same whoever serves it, so the result does
+/// not depend on this choice. `units` is the plan's `(sequence, split)` count.
+fn kv_heads_per_item(num_kv_heads: usize, units: usize, threads: usize) -> usize {
+    let num_kv_heads = num_kv_heads.max(1);
+    let units = units.max(1);
+    // The fewest items per `(sequence, split)` that give every thread nearly
+    // the same number of items.
+    (1..=num_kv_heads)
+        .filter(|parts| num_kv_heads.is_multiple_of(*parts))
+        .find(|&parts| {
+            let items = units * parts;
+            let rounds = items.div_ceil(threads.max(1));
+            10 * items >= 9 * rounds * threads.max(1)
+        })
+        .map_or(1, |parts| num_kv_heads / parts)
+}
+
 fn put_f32s(dst: &mut [u8], src: &[f32]) {
     for (d, s) in dst.chunks_exact_mut(4).zip(src) {
         d.copy_from_slice(&s.to_le_bytes());
@@ -251,6 +271,7 @@ impl DecodeAttention for CpuBackend {
             num_q_heads: shape.num_q_heads,
             head_dim: shape.head_dim,
             group: shape.group_size(),
+            kv_heads_per_item: kv_heads_per_item(shape.num_kv_heads, num_seqs * num_splits, self.threads()),
             scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
             seq_lens,
             index,
@@ -357,6 +378,8 @@ struct Exec<'a> {
     num_q_heads: usize,
     head_dim: usize,
     group: usize,
+    /// Consecutive KV heads served by one work item (a divisor of `num_kv_heads`).
+    kv_heads_per_item: usize,
     /// `softmax_scale * log2(e)`: scores are kept in log2 units.
     scale_log2: f32,
     seq_lens: Vec<u32>,
@@ -375,19 +398,24 @@ struct Worker {
 impl Exec<'_> {
     fn worker(&self) -> Worker {
         Worker {
-            q: vec![0.0; self.group * self.head_dim],
-            state: State::new(self.group, self.head_dim),
+            q: vec![0.0; self.item_heads() * self.head_dim],
+            state: State::new(self.item_heads(), self.head_dim),
             scratch: Scratch::new(self.group, self.head_dim),
             row: vec![0.0; self.head_dim],
         }
     }
 
-    /// Bytes of the output (or of Q) of one `(sequence, KV head)` group.
-    fn group_bytes(&self, elt: Elt) -> usize {
-        self.group * self.head_dim * elt.size()
+    /// Query heads of one work item: the groups of its KV heads.
+    fn item_heads(&self) -> usize {
+        self.kv_heads_per_item * self.group
     }
 
-    /// The group's queries, scaled into log2 units.
+    /// Bytes of the output (or of Q) of one work item's query heads.
+    fn group_bytes(&self, elt: Elt) -> usize {
+        self.item_heads() * self.head_dim * elt.size()
+    }
+
+    /// The queries of the item whose first KV head is `kv_head`, scaled into log2 units.
     fn load_q(&self, seq: usize, kv_head: usize, dst: &mut [f32]) {
         let offset = (seq * self.num_q_heads + kv_head * self.group) * self.head_dim * self.q_elt.size();
         self.q_elt.decode(&self.q[offset..offset + self.group_bytes(self.q_elt)], dst);
@@ -408,6 +436,7 @@ impl Exec<'_> {
             v: self.v,
             slot_elems: self.num_kv_heads * self.head_dim,
             kv_head,
+            kv_heads: self.kv_heads_per_item,
             head_dim: self.head_dim,
             slots: self.index.slots(seq),
             start: range.0,
@@ -417,14 +446,15 @@ impl Exec<'_> {
         kernel::attend(self.isa, self.kv_elt, &work, state, scratch);
     }
 
-    /// One work item per `(sequence, KV head)`, normalised output written directly.
+    /// One work item per `(sequence, KV heads)`, normalised output written directly.
     fn run_unsplit(&self, out: &mut [u8]) {
         let d = self.head_dim;
         let out_row = d * self.out_elt.size();
         out.par_chunks_mut(self.group_bytes(self.out_elt)).enumerate().for_each_init(
             || self.worker(),
             |w, (item, out)| {
-                let (seq, kv_head) = (item / self.num_kv_heads, item % self.num_kv_heads);
+                let items = self.num_kv_heads / self.kv_heads_per_item;
+                let (seq, kv_head) = (item / items, item % items * self.kv_heads_per_item);
                 let len = self.seq_lens[seq] as usize;
                 if len == 0 {
                     out.fill(0);
@@ -448,7 +478,7 @@ impl Exec<'_> {
     /// workspace in the layout of `decode_params.h`, then each `(sequence, KV
     /// head)` group's heads are reduced from there over their active splits.
     fn run_split(&self, out: &mut [u8], workspace: &mut [u8], num_splits: usize) {
-        let (g, d) = (self.group, self.head_dim);
+        let (g, d) = (self.item_heads(), self.head_dim);
         let rows = self.seq_lens.len() * self.num_q_heads * num_splits;
         let (acc_ws, rest) = workspace.split_at_mut(rows * d * 4);
         let ml_ws = &mut rest[..rows * 2 * 4];
@@ -457,7 +487,8 @@ impl Exec<'_> {
             .zip(ml_ws.par_chunks_mut(g * num_splits * 2 * 4))
             .enumerate()
             .for_each(|(item, ((out, acc_ws), ml_ws))| {
-                let (seq, kv_head) = (item / self.num_kv_heads, item % self.num_kv_heads);
+                let items = self.num_kv_heads / self.kv_heads_per_item;
+                let (seq, kv_head) = (item / items, item % items * self.kv_heads_per_item);
                 let split = self.rule.split(self.seq_lens[seq]);
                 let active = split.active_splits as usize;
                 if active == 0 {
@@ -467,7 +498,7 @@ impl Exec<'_> {
                 let states: Vec<State> = (0..active)
                     .into_par_iter()
                     .map_init(
-                        || (vec![0.0f32; g * d], Scratch::new(g, d)),
+                        || (vec![0.0f32; g * d], Scratch::new(self.group, d)),
                         |(q, scratch), j| {
                             let (start, end) = split.token_range(j as u32);
                             self.load_q(seq, kv_head, q);

@@ -218,14 +218,25 @@ pub(crate) struct Work<'a> {
     pub v: &'a [u8],
     /// Elements per slot: `num_kv_heads * head_dim`.
     pub slot_elems: usize,
+    /// The first KV head of the item, and how many consecutive KV heads it
+    /// serves (their rows are one contiguous run of each slot).
     pub kv_head: usize,
+    pub kv_heads: usize,
     pub head_dim: usize,
     pub slots: Slots<'a>,
     /// Token range `[start, end)`, `start` a multiple of 16.
     pub start: usize,
     pub end: usize,
-    /// `[g, head_dim]` queries, already multiplied by `softmax_scale * log2(e)`.
+    /// `[kv_heads * g, head_dim]` queries, already multiplied by
+    /// `softmax_scale * log2(e)`.
     pub q: &'a [f32],
+}
+
+impl<'a> Work<'a> {
+    /// The same token range for KV head `kv_head + i` alone, with its queries `q`.
+    fn one_head(&self, i: usize, q: &'a [f32]) -> Work<'a> {
+        Work { kv_head: self.kv_head + i, kv_heads: 1, q, ..*self }
+    }
 }
 
 /// Online-softmax state of the `g` heads of one work item.
@@ -318,8 +329,47 @@ impl Isa {
     }
 }
 
-/// Runs one work item, adding its tokens to `state`.
+/// Runs one work item, adding its tokens to `state` (`kv_heads * g` heads).
 pub(crate) fn attend(isa: Isa, kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) {
+    // AVX-512 serves all the item's KV heads in one pass over its slots.
+    #[cfg(target_arch = "x86_64")]
+    if let Isa::Avx512(_) = isa {
+        // SAFETY: the token inside `Isa::Avx512` proves AVX-512F, AVX2, FMA
+        // and F16C were detected, all `avx512::attend` requires.
+        if crate::avx512::fits(work.head_dim) && unsafe { crate::avx512::attend(kv, work, state, scratch) } {
+            return;
+        }
+    }
+    if work.kv_heads == 1 {
+        attend_one_head(isa, kv, work, state, scratch);
+        return;
+    }
+    // The other paths take one KV head at a time, each through a state of its own.
+    let d = work.head_dim;
+    let g = state.m.len() / work.kv_heads.max(1);
+    let mut one = State::new(g, d);
+    for i in 0..work.kv_heads {
+        let (heads, cols) = (i * g..(i + 1) * g, i * g * d..(i + 1) * g * d);
+        let (Some(q), Some(m), Some(l), Some(acc)) = (
+            work.q.get(cols.clone()),
+            state.m.get(heads.clone()),
+            state.l.get(heads.clone()),
+            state.acc.get(cols.clone()),
+        ) else {
+            return;
+        };
+        one.m.copy_from_slice(m);
+        one.l.copy_from_slice(l);
+        one.acc.copy_from_slice(acc);
+        attend_one_head(isa, kv, &work.one_head(i, q), &mut one, scratch);
+        state.m[heads.clone()].copy_from_slice(&one.m);
+        state.l[heads].copy_from_slice(&one.l);
+        state.acc[cols].copy_from_slice(&one.acc);
+    }
+}
+
+/// [`attend`] for an item of one KV head.
+fn attend_one_head(isa: Isa, kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) {
     match isa {
         Isa::Portable => match kv {
             Elt::F32 => attend_generic::<F32, Separate>(work, state, scratch),
@@ -336,9 +386,7 @@ pub(crate) fn attend(isa: Isa, kv: Elt, work: &Work<'_>, state: &mut State, scra
         // F16C were detected: what `avx512::attend` and `avx2::attend` require.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512(_) => unsafe {
-            if crate::avx512::fits(work.head_dim) {
-                crate::avx512::attend(kv, work, state, scratch)
-            } else {
+            if !(crate::avx512::fits(work.head_dim) && crate::avx512::attend(kv, work, state, scratch)) {
                 crate::avx2::attend(kv, work, state, scratch)
             }
         },
@@ -467,7 +515,8 @@ impl<'a> TilePrefetch<'a> {
         for row in rows[..num_rows].iter_mut() {
             *row = (*row * work.slot_elems + work.kv_head * work.head_dim) * elem_size;
         }
-        let row_bytes = work.head_dim * elem_size;
+        // The item's KV heads are one run of each slot.
+        let row_bytes = work.kv_heads * work.head_dim * elem_size;
         let lines = 2 * num_rows * row_bytes.div_ceil(64);
         TilePrefetch {
             cache: work.k,

@@ -144,6 +144,33 @@ fn one_thread_and_global_pool_agree_with_two() {
     assert_eq!(global, two);
 }
 
+#[test]
+fn items_of_several_kv_heads_compute_each_head_as_alone() {
+    // One thread serves all 8 KV heads of the sequence in one item, eight
+    // threads one KV head each, three threads one of four heads (a split
+    // plan: two items per split): every head's arithmetic is the same.
+    for (i, layout) in LAYOUTS.into_iter().enumerate() {
+        for dtypes in [uniform(DType::Bf16), uniform(DType::F32)] {
+            let batch = HostBatch::random(&problem(32, 8, 128, dtypes, layout, &[700]), 40 + i as u64);
+            for policy in [Policy::Fixed { splits: 1 }, Policy::Fixed { splits: 3 }] {
+                let outs: Vec<Vec<f32>> = [1, 3, 8]
+                    .into_iter()
+                    .map(|threads| run(&CpuBackend::with_threads(threads).unwrap(), &batch, policy, None).unwrap())
+                    .collect();
+                // The other paths serve such an item one KV head at a time.
+                for (backend, what) in [
+                    (CpuBackend::with_threads(1).unwrap().at_most_avx2(), "avx2"),
+                    (CpuBackend::with_threads(1).unwrap().portable(), "portable"),
+                ] {
+                    check(&backend, &batch, policy, &format!("{layout} {what}"));
+                }
+                assert_eq!(outs[0], outs[1], "{layout} {policy}: 1 vs 3 threads");
+                assert_eq!(outs[0], outs[2], "{layout} {policy}: 1 vs 8 threads");
+            }
+        }
+    }
+}
+
 fn split_policies() -> Vec<Policy> {
     let mut policies: Vec<Policy> = (1..=20).map(|splits| Policy::Fixed { splits }).collect();
     policies.extend([37, 64, 200, 1024].map(|splits| Policy::Fixed { splits }));
