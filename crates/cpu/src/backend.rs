@@ -258,6 +258,23 @@ impl DecodeAttention for CpuBackend {
         }
         let (seq_lens, index) = validate::validate(plan, args.seq_lens, &args.kv_index, &checked)?;
 
+        // An unsplit plan of fewer sequences than threads leaves threads idle:
+        // the CPU cuts those sequences itself, into private splits of whole
+        // slots (the same output within f32 rounding), merged from a
+        // workspace of its own.
+        let threads = self.threads();
+        let (private, rule, num_splits) = match (split, num_seqs < threads) {
+            (false, true) => {
+                let rule = SplitRule { num_splits: (4 * threads).min(64) as u32, min_tiles_per_split: 64 };
+                let splits = rule.num_splits as usize;
+                match alloc_zeroed(num_seqs * shape.num_q_heads * splits * (shape.head_dim + 2) * 4) {
+                    Ok(ws) => (Some(ws), rule, splits),
+                    Err(_) => (None, plan.rule, num_splits),
+                }
+            }
+            _ => (None, plan.rule, num_splits),
+        };
+
         // Nothing has been written so far; from here on nothing fails.
         let exec = Exec {
             isa: self.isa,
@@ -275,11 +292,15 @@ impl DecodeAttention for CpuBackend {
             scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
             seq_lens,
             index,
-            rule: plan.rule,
+            rule,
         };
         let out = args.out.as_bytes_mut();
         let workspace = args.workspace.as_bytes_mut();
-        self.pool.install(|| if split { exec.run_split(out, workspace, num_splits) } else { exec.run_unsplit(out) });
+        self.pool.install(|| match private {
+            Some(mut ws) => exec.run_split(out, &mut ws, num_splits),
+            None if split => exec.run_split(out, workspace, num_splits),
+            None => exec.run_unsplit(out),
+        });
         Ok(())
     }
 

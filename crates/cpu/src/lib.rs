@@ -5,9 +5,13 @@
 //! * [`CpuBackend`]: implements [`decode_attn_core::DecodeAttention`] on host
 //!   memory ([`CpuBuffer`]). It validates every index and length on the host
 //!   before writing anything, then executes the plan exactly as the GPU
-//!   kernels do: work items `(sequence, KV head, split)` cut by
+//!   kernels do: work items `(sequence, KV heads, split)` cut by
 //!   [`decode_attn_core::SplitRule::split`], run in parallel on rayon, each
-//!   serving all query heads of its KV head with an f32 online softmax; a
+//!   serving all query heads of its KV heads with an f32 online softmax
+//!   (one item takes several consecutive KV heads, whose rows are one
+//!   contiguous run of each slot, as many as keep the threads busy; an
+//!   unsplit plan of fewer sequences than threads is cut into private splits
+//!   of the backend's own, the same output within f32 rounding); a
 //!   split plan writes partial states into the workspace
 //!   (`partial_acc [num_seqs, num_q_heads, num_splits, head_dim]`, then
 //!   `partial_ml [num_seqs, num_q_heads, num_splits, 2]`, max in log2 units,

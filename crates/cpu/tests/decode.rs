@@ -146,9 +146,8 @@ fn one_thread_and_global_pool_agree_with_two() {
 
 #[test]
 fn items_of_several_kv_heads_compute_each_head_as_alone() {
-    // One thread serves all 8 KV heads of the sequence in one item, eight
-    // threads one KV head each, three threads one of four heads (a split
-    // plan: two items per split): every head's arithmetic is the same.
+    // Split plans: one thread serves all 8 KV heads of a split in one item,
+    // more threads fewer heads each; every head's arithmetic is the same.
     for (i, layout) in LAYOUTS.into_iter().enumerate() {
         for dtypes in [uniform(DType::Bf16), uniform(DType::F32)] {
             let batch = HostBatch::random(&problem(32, 8, 128, dtypes, layout, &[700]), 40 + i as u64);
@@ -164,8 +163,18 @@ fn items_of_several_kv_heads_compute_each_head_as_alone() {
                 ] {
                     check(&backend, &batch, policy, &format!("{layout} {what}"));
                 }
-                assert_eq!(outs[0], outs[1], "{layout} {policy}: 1 vs 3 threads");
-                assert_eq!(outs[0], outs[2], "{layout} {policy}: 1 vs 8 threads");
+                if policy == (Policy::Fixed { splits: 1 }) {
+                    // One sequence on several threads: the backend cuts it into
+                    // private splits, the same output within f32 rounding.
+                    let one: Vec<f64> = outs[0].iter().map(|&x| x as f64).collect();
+                    for (out, threads) in outs[1..].iter().zip([3, 8]) {
+                        let err = relative_error(out, &one);
+                        assert!(err <= 1e-6, "{layout} {policy}: 1 vs {threads} threads: {err:e}");
+                    }
+                } else {
+                    assert_eq!(outs[0], outs[1], "{layout} {policy}: 1 vs 3 threads");
+                    assert_eq!(outs[0], outs[2], "{layout} {policy}: 1 vs 8 threads");
+                }
             }
         }
     }
