@@ -27,6 +27,8 @@ DA_DEVICE uint4 da_ld_stream16(const void* ptr) {
     return r;
 }
 DA_DEVICE int da_syncthreads_or(int predicate) { return __syncthreads_or(predicate); }
+// The launch's dynamic shared memory as a 16-byte aligned byte array `name`.
+#define DA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 
 DA_DEVICE long long da_min_ll(long long a, long long b) { return a < b ? a : b; }
@@ -153,7 +155,7 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
             offset[u] = t < end ? resolve_offset(p, raw, (int)t, slot_bytes, &bad) : -1;
         }
     };
-    extern __shared__ __align__(16) unsigned char stream_ring[];
+    DA_DYNAMIC_SHARED(stream_ring);
     uint4* ring = reinterpret_cast<uint4*>(stream_ring) + warp * DECODE_STREAM_STAGES * 2 * G::LANE_CHUNKS * DA_WARP_SIZE;
     auto ring_chunk = [&](int stage, int kv, int u, int c) {
         return ring + ((stage * 2 + kv) * G::LANE_CHUNKS + u * CPL + c) * DA_WARP_SIZE + lane;

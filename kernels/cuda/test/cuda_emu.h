@@ -6,9 +6,18 @@
 // runs as 128 cooperative fibers (ucontext) on one OS thread: __syncthreads
 // and warp shuffles are barriers that switch fibers, so barrier counts and
 // block-uniform control flow are checked (a barrier that not all live threads
-// reach is reported as a deadlock). cp.async copies synchronously, so this
-// checks indexing and arithmetic, not the asynchronous pipeline's timing;
+// reach is reported as a deadlock). cp.async is deferred the PTX way: a copy
+// lands only when the issuing thread's cp.async.wait_group lets it (its group
+// is older than the N most recent committed groups), and its destination is
+// poisoned with 0xff bytes (NaN as f32) from issue until then, so a read
+// before the matching wait shows; this checks group accounting, not timing;
 // inline PTX is replaced by plain C++ of the same rounding.
+//
+// Shared memory: __shared__ is `static` (one copy for the CTA's fibers, one
+// CTA at a time); a kernel's dynamic shared memory (DA_DYNAMIC_SHARED, the
+// stream kernel's ring) is emu::dynamic_smem, DECODE_STREAM_RING_BYTES as the
+// host launches it, filled with 0xff bytes (NaN as f32) before every CTA so that
+// a read of a byte never written shows.
 #pragma once
 
 #include <ucontext.h>
@@ -76,12 +85,24 @@ struct Fiber {
     dim3 tid;
     State state;
     std::vector<char> stack;
+    // cp.async: copies not yet landed, and the groups committed so far.
+    struct Copy {
+        void* dst;
+        const void* src;
+        int bytes;
+        long long group;
+    };
+    std::vector<Copy> pending;
+    long long committed = 0;
 };
 inline Fiber fibers[kMaxThreads];
 inline int cur = 0, nthreads = 0;
 inline ucontext_t sched;
 inline dim3 block_idx, grid_dim, block_dim;
 inline float shfl_buf[kMaxThreads];
+// The dynamic shared memory of a launch (see the top).
+constexpr size_t kDynamicSharedBytes = 65536;
+alignas(16) inline unsigned char dynamic_smem[kDynamicSharedBytes];
 inline void (*entry)(const void*) = nullptr;
 inline const void* entry_arg = nullptr;
 
@@ -96,6 +117,7 @@ inline void trampoline() {
 }
 // Runs one CTA of n threads of fn(arg) to completion.
 inline void run_block(void (*fn)(const void*), const void* arg, int n) {
+    memset(dynamic_smem, 0xff, sizeof dynamic_smem);
     entry = fn;
     entry_arg = arg;
     nthreads = n;
@@ -109,6 +131,8 @@ inline void run_block(void (*fn)(const void*), const void* arg, int n) {
         makecontext(&f.ctx, trampoline, 0);
         f.tid = dim3(t, 0, 0);
         f.state = RUNNABLE;
+        f.pending.clear();  // copies a CTA never waited for are dropped
+        f.committed = 0;
     }
     for (;;) {
         bool ran = false;
@@ -172,6 +196,7 @@ inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
 // ---- decode.cu's portable layer ---------------------------------------------
 #define DA_DEVICE inline
 #define DA_WARP_SIZE 32
+#define DA_DYNAMIC_SHARED(name) unsigned char* const name = emu::dynamic_smem
 inline float da_shfl_xor(float v, int lane_mask) { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }
 inline float da_exp2(float x) { return std::exp2(x); }
 inline float da_neg_inf() { return -INFINITY; }
@@ -179,13 +204,33 @@ inline float da_nan() { return __uint_as_float(0x7fffffffu); }
 inline bool da_isnan(float x) { return x != x; }
 inline int da_min(int a, int b) { return a < b ? a : b; }
 inline int da_max(int a, int b) { return a > b ? a : b; }
+// 16-byte copy; src_bytes 0 writes zeros and reads nothing. Lands at a wait.
 inline void da_cp_async16(void* smem_dst, const void* global_src, int src_bytes) {
-    memset(smem_dst, 0, 16);
-    memcpy(smem_dst, global_src, src_bytes);
+    emu::Fiber& f = emu::fibers[emu::cur];
+    if (src_bytes < 0 || src_bytes > 16) {
+        fprintf(stderr, "emu: cp.async src_bytes %d\n", src_bytes);
+        exit(3);
+    }
+    memset(smem_dst, 0xff, 16);
+    f.pending.push_back({smem_dst, global_src, src_bytes, f.committed});
 }
-inline void da_cp_async_commit() {}
+inline void da_cp_async_commit() { ++emu::fibers[emu::cur].committed; }
+// Lands every copy of this thread's groups but the N most recent committed ones.
 template <int N>
-inline void da_cp_async_wait() {}
+inline void da_cp_async_wait() {
+    emu::Fiber& f = emu::fibers[emu::cur];
+    size_t kept = 0;
+    for (size_t i = 0; i < f.pending.size(); ++i) {
+        const emu::Fiber::Copy c = f.pending[i];
+        if (c.group < f.committed - N) {
+            memset(c.dst, 0, 16);
+            if (c.bytes) memcpy(c.dst, c.src, c.bytes);
+        } else {
+            f.pending[kept++] = c;
+        }
+    }
+    f.pending.resize(kept);
+}
 inline uint4 da_ldg16(const void* ptr) { return *reinterpret_cast<const uint4*>(ptr); }
 inline uint4 da_ld_stream16(const void* ptr) { return *reinterpret_cast<const uint4*>(ptr); }
 inline int da_syncthreads_or(int pred) {

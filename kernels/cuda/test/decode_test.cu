@@ -6,21 +6,48 @@
 //   /tmp/decode_test            # correctness, then timings
 //   /tmp/decode_test quick      # correctness only
 // Without one (the kernels on CPU fibers, see cuda_emu.h; correctness only):
-//   g++ -std=c++17 -O2 -DDA_EMULATE -x c++ -I kernels/cuda kernels/cuda/test/decode_test.cu -o /tmp/decode_emu
+//   g++ -std=c++17 -O1 -DDA_EMULATE -x c++ -I kernels/cuda kernels/cuda/test/decode_test.cu -o /tmp/decode_emu
+//   /tmp/decode_emu             # about 3 minutes: 491 cases, 247 of them through the stream kernel
 //
 // It includes decode.cu directly and launches its entry points with <<<>>>,
-// exactly as the host ABI (decode_params.h) says: grid (num_seqs,
-// num_kv_heads, num_splits) x 128 threads, then the reducer (num_seqs,
-// num_q_heads) when num_splits > 1.
+// exactly as the host ABI (decode_params.h) says, each case through both
+// kernels: the staged one (decode_attn_*: grid (num_seqs, num_kv_heads,
+// num_splits) x 128 threads, then the reducer (num_seqs, num_q_heads) when
+// num_splits > 1) and the stream one, the CUDA backend's default, launched as
+// crates/cuda/src/lib.rs decode() does (decode_stream_*_h<HEADS>: HEADS the
+// smallest of 1, 2, 4, 8 that holds the group g, capped at 8 (or at the
+// case's heads cap, as DECODE_ATTN_CUDA_HEADS_PER_CTA does); grid (num_seqs,
+// num_kv_heads * ceil(g / HEADS), num_splits) x 128 threads with
+// DECODE_STREAM_RING_BYTES of dynamic shared memory; then
+// decode_stream_reduce_* (num_seqs, num_q_heads) when num_splits > 1).
+// Stream-only cases (g * head_dim above the staged kernel's 4096) skip the
+// staged kernel.
 #ifdef DA_EMULATE
 #include "cuda_emu.h"
 #define DA_LAUNCH(kernel, grid, threads, stream, params) emu_launch(kernel, grid, threads, params)
+#define DA_LAUNCH_DYN(kernel, grid, threads, smem, stream, params)                            \
+    do {                                                                                      \
+        if ((size_t)(smem) > emu::kDynamicSharedBytes) {                                        \
+            fprintf(stderr, "emu: %d bytes of dynamic shared memory asked\n", (int)(smem));    \
+            exit(2);                                                                          \
+        }                                                                                     \
+        emu_launch(kernel, grid, threads, params);                                            \
+    } while (0)
 #else
 #include <cuda_runtime.h>
 #define DA_LAUNCH(kernel, grid, threads, stream, params) kernel<<<grid, threads, 0, stream>>>(params)
+// Above 48 KB of dynamic shared memory needs the per-function opt-in (as lib.rs does).
+#define DA_LAUNCH_DYN(kernel, grid, threads, smem, stream, params)                                          \
+    do {                                                                                                    \
+        CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(smem)));         \
+        kernel<<<grid, threads, smem, stream>>>(params);                                                    \
+    } while (0)
 #endif
 #include "../decode.cu"
 #include "host_convert.h"
+#ifdef DA_EMULATE
+static_assert(emu::kDynamicSharedBytes == DECODE_STREAM_RING_BYTES, "cuda_emu.h's dynamic shared memory is the stream kernel's ring");
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -56,6 +83,32 @@ struct KernPair {
     KP(TN, DTV, 64), KP(TN, DTV, 80), KP(TN, DTV, 96), KP(TN, DTV, 112), KP(TN, DTV, 120), KP(TN, DTV, 128), \
         KP(TN, DTV, 192), KP(TN, DTV, 256)
 static KernPair kernels[] = {KP_ALL(f32, F32), KP_ALL(f16, F16), KP_ALL(bf16, BF16)};
+// The stream kernel: one entry per HEADS in {1, 2, 4, 8}, and its reducer.
+struct StreamKerns {
+    int dt, d;
+    Kern heads[4];  // HEADS = 1, 2, 4, 8
+    Kern reduce;
+};
+#define SK(TN, DTV, D)                                                                                     \
+    {DTV, D, {decode_stream_##TN##_d##D##_h1, decode_stream_##TN##_d##D##_h2, decode_stream_##TN##_d##D##_h4, \
+              decode_stream_##TN##_d##D##_h8},                                                            \
+     decode_stream_reduce_##TN##_d##D}
+#define SK_ALL(TN, DTV) \
+    SK(TN, DTV, 64), SK(TN, DTV, 80), SK(TN, DTV, 96), SK(TN, DTV, 112), SK(TN, DTV, 120), SK(TN, DTV, 128), \
+        SK(TN, DTV, 192), SK(TN, DTV, 256)
+static StreamKerns stream_kernels[] = {SK_ALL(f32, F32), SK_ALL(f16, F16), SK_ALL(bf16, BF16)};
+static StreamKerns find_stream_kernels(int dt, int d) {
+    for (auto& k : stream_kernels)
+        if (k.dt == dt && k.d == d) return k;
+    fprintf(stderr, "no stream kernel %d %d\n", dt, d);
+    exit(2);
+}
+// lib.rs stream_heads_per_cta, then .min(max_heads_per_cta).
+static int stream_heads(int g, int cap) {
+    const int h = g == 1 ? 1 : g == 2 ? 2 : g <= 4 ? 4 : 8;
+    return std::min(h, cap);
+}
+
 static KernPair find_kernels(int dt, int d) {
     for (auto& k : kernels)
         if (k.dt == dt && k.d == d) return k;
@@ -113,7 +166,11 @@ struct Case {
     int num_splits, min_tiles;
     std::vector<int> corrupt;  // per sequence
     float qscale = 2.0f;
+    int heads_cap = 8;  // the stream kernel's query heads per CTA, at most (DECODE_ATTN_CUDA_HEADS_PER_CTA)
 };
+
+enum Kernel { STAGED = 0, STREAM = 1 };
+static const char* kernel_name[] = {"staged", "stream"};
 
 template <typename T>
 static T* dalloc(size_t n) {
@@ -268,7 +325,17 @@ static void release(DeviceProblem& D) {
         cudaFree(p);
 }
 
-static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0) {
+static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, int kernel = STAGED) {
+    if (kernel == STREAM) {
+        const StreamKerns sk = find_stream_kernels(P.c.dt, P.c.d);
+        const int heads = stream_heads(P.c.g, P.c.heads_cap);
+        const int slot = heads == 1 ? 0 : heads == 2 ? 1 : heads == 4 ? 2 : 3;
+        const int head_groups = (P.c.g + heads - 1) / heads;
+        DA_LAUNCH_DYN(sk.heads[slot], dim3(P.B, P.c.hkv * head_groups, P.c.num_splits), DECODE_THREADS,
+                      DECODE_STREAM_RING_BYTES, s, p);
+        if (P.c.num_splits > 1) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_THREADS, s, p);
+        return;
+    }
     KernPair kp = find_kernels(P.c.dt, P.c.d);
     DA_LAUNCH(kp.decode, dim3(P.B, P.c.hkv, P.c.num_splits), DECODE_THREADS, s, p);
     if (P.c.num_splits > 1) DA_LAUNCH(kp.reduce, dim3(P.B, P.hq), DECODE_THREADS, s, p);
@@ -312,12 +379,24 @@ static bool reference(const Problem& P, int b, int h, std::vector<double>& o) {
 }
 
 static int failures = 0, cases_run = 0;
+static int stream_cases = 0, stream_failures = 0;
+static double stream_worst[3] = {0, 0, 0};  // per dtype
 
-static void check_case(const Case& c, const char* label) {
+static void check_one(const Case& c, const char* label, int kernel);
+
+// Every case through both kernels (the staged one only where its group fits
+// one CTA); `kernels` (bit 1 << STAGED, 1 << STREAM) narrows that for the few
+// cases too slow to emulate twice.
+static void check_case(const Case& c, const char* label, int kernels = 3) {
+    if ((kernels >> STAGED & 1) && c.g * c.d <= DECODE_MAX_QK_ELEMS && c.heads_cap == 8) check_one(c, label, STAGED);
+    if (kernels >> STREAM & 1) check_one(c, label, STREAM);
+}
+
+static void check_one(const Case& c, const char* label, int kernel) {
     Problem P = build(c);
     DeviceProblem D = upload(P);
     DecodeParams p = make_params(P, D);
-    launch(P, p);
+    launch(P, p, 0, kernel);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     std::vector<unsigned char> out(P.qb.size());
@@ -362,11 +441,18 @@ static void check_case(const Case& c, const char* label) {
             }
         }
     ++cases_run;
+    if (kernel == STREAM) {
+        ++stream_cases;
+        stream_failures += bad != 0;
+        stream_worst[c.dt] = std::max(stream_worst[c.dt], worst);
+    }
     std::string lens;
     for (size_t i = 0; i < c.lens.size() && i < 6; ++i) lens += std::to_string(c.lens[i]) + ",";
-    printf("%s %-5s d=%3d hkv=%d g=%2d layout=%d bs=%3d splits=%3d min=%d lens=%s.. max|err|=%.2e %s\n",
-           bad ? "FAIL" : "ok  ", dt_name[c.dt], c.d, c.hkv, c.g, c.layout, c.bs, c.num_splits, c.min_tiles,
-           lens.c_str(), worst, label);
+    char heads[16] = "";
+    if (kernel == STREAM) snprintf(heads, sizeof heads, " H=%d", stream_heads(c.g, c.heads_cap));
+    printf("%s %-6s%-4s %-5s d=%3d hkv=%d g=%2d layout=%d bs=%3d splits=%3d min=%d lens=%s.. max|err|=%.2e %s\n",
+           bad ? "FAIL" : "ok  ", kernel_name[kernel], heads, dt_name[c.dt], c.d, c.hkv, c.g, c.layout, c.bs,
+           c.num_splits, c.min_tiles, lens.c_str(), worst, label);
     if (bad) ++failures;
     release(D);
 }
@@ -540,15 +626,55 @@ int main(int argc, char** argv) {
             check_case({dt, d, 1, 3, 1, 16, {70, 300}, 1, 1, {}}, "g 3");
         }
     // Splits: the planner's shapes, surplus splits, min tiles, empty sequences.
-    check_case({BF16, 128, 8, 4, 0, 16, {2560, 17, 0, 5000}, 16, 1, {}}, "vllm-like 16 splits");
-    check_case({BF16, 128, 8, 4, 0, 64, {2560, 17, 0, 5000}, 8, 4, {}}, "sglang-like min tiles");
+    // (The three long ones run the staged kernel only; the stream kernel gets
+    // the same shapes with 2 KV heads and a shorter long sequence, as emulating
+    // it costs about 5 times as much.)
+    check_case({BF16, 128, 8, 4, 0, 16, {2560, 17, 0, 5000}, 16, 1, {}}, "vllm-like 16 splits", 1 << STAGED);
+    check_case({BF16, 128, 8, 4, 0, 64, {2560, 17, 0, 5000}, 8, 4, {}}, "sglang-like min tiles", 1 << STAGED);
+    check_case({BF16, 128, 2, 4, 0, 16, {2560, 17, 0, 5000}, 16, 1, {}}, "vllm-like 16 splits", 1 << STREAM);
+    check_case({BF16, 128, 2, 4, 0, 64, {2560, 17, 0, 5000}, 8, 4, {}}, "sglang-like min tiles", 1 << STREAM);
     check_case({BF16, 128, 4, 8, 1, 16, {17}, 3, 1, {}}, "desk-check case (g=8 here)");
     check_case({BF16, 64, 1, 4, 0, 16, {17}, 3, 1, {}}, "desk-check case g=4 d=64 s=17 splits=3");
-    check_case({F16, 128, 2, 6, 1, 16, {40000, 3}, 64, 1, {}}, "long, 64 splits");
+    check_case({F16, 128, 2, 6, 1, 16, {40000, 3}, 64, 1, {}}, "long, 64 splits", 1 << STAGED);
+    check_case({F16, 128, 2, 6, 1, 16, {8000, 3}, 64, 1, {}}, "long, 64 splits", 1 << STREAM);
     check_case({F32, 96, 2, 5, 0, 32, {0, 0, 0}, 5, 1, {}}, "all empty, split");
     check_case({F32, 96, 2, 5, 0, 32, {0, 0, 0}, 1, 1, {}}, "all empty, unsplit");
     check_case({BF16, 256, 2, 16, 0, 16, {1000, 333}, 1, 1, {}}, "d256 g16");
     check_case({BF16, 128, 1, 32, 1, 16, {1000, 333}, 2, 1, {}}, "d128 g32");
+    // The stream kernel's shapes: groups above 8 (several CTAs per KV head,
+    // the last one partly filled), odd groups, lengths around a 16-token tile,
+    // both layouts, block sizes 16 and 64, 1, 3 and many splits.
+    {
+        struct GS {
+            int hq, hkv;
+        };
+        const GS groups[] = {{20, 2}, {16, 1}, {32, 1}, {7, 1}, {14, 2}};  // g = 10, 16, 32, 7, 7
+        const int splits[] = {1, 3, 37};
+        int i = 0;
+        for (int dt = 0; dt < 3; ++dt)
+            for (int d : {64, 120, 128, 256})
+                for (const GS& gs : groups) {
+                    const int layout = i & 1, bs = (i >> 1) & 1 ? 64 : 16, ns = splits[i % 3];
+                    ++i;
+                    check_case({dt, d, gs.hkv, gs.hq / gs.hkv, layout, bs, {0, 1, 15, 16, 17, 300}, ns, 1, {}},
+                               "stream shapes");
+                }
+        // Long sequences: unsplit, 3 splits and many splits (some surplus).
+        for (int dt = 0; dt < 3; ++dt)
+            for (int ns : {1, 3, 100}) {
+                check_case({dt, 128, 1, 10, ns == 3, ns == 1 ? 64 : 16, {1200, 17, 1}, ns, 1, {}}, "stream long g10");
+                check_case({dt, 120, 2, 7, ns != 3, 16, {900, 0, 16}, ns, 1, {}}, "stream long g7");
+            }
+        // Fewer query heads per CTA than the group (DECODE_ATTN_CUDA_HEADS_PER_CTA).
+        for (int cap : {1, 2, 4}) {
+            Case c{BF16, 64, 2, 7, 0, 16, {33, 15, 200}, 3, 1, {}};
+            c.heads_cap = cap;
+            check_case(c, "stream heads cap, g 7");
+            Case c2{F16, 256, 1, 3, 1, 16, {100, 16, 1}, 1, 1, {}};
+            c2.heads_cap = cap;
+            check_case(c2, "stream heads cap, g 3");
+        }
+    }
     // Guards: NaN for the bad sequence, the others untouched.
     for (int layout = 0; layout < 2; ++layout)
         for (int ns : {1, 4}) {
@@ -564,6 +690,8 @@ int main(int argc, char** argv) {
         check_merge(dt, 37, 5, 128, true);
         check_merge(dt, 3, 4, 80, false);
     }
+    printf("stream kernel: %d cases, %d failed; max|err| f32 %.2e f16 %.2e bf16 %.2e\n", stream_cases,
+           stream_failures, stream_worst[F32], stream_worst[F16], stream_worst[BF16]);
     printf("%d passed, %d failed\n", cases_run - failures, failures);
     if (quick || failures) return failures ? 1 : 0;
 #ifdef DA_EMULATE
