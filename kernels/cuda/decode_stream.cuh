@@ -2,19 +2,21 @@
 //
 // Included by decode.cu after its portable layer, element types, sequence
 // guards and split rule. Launch: grid (num_seqs, num_kv_heads * head_groups,
-// num_splits), DECODE_THREADS threads, no dynamic shared memory, where
-// head_groups = ceil(g / HEADS) for the kernel's HEADS (query heads per CTA):
-// the host picks the smallest HEADS in {1, 2, 4, 8} that holds the group, so
-// for g <= 8 each K and V byte is read from HBM exactly once.
+// num_splits), DECODE_THREADS threads, DECODE_STREAM_RING_BYTES (64 KiB) of
+// dynamic shared memory, where head_groups = ceil(g / HEADS) for the
+// kernel's HEADS (query heads per CTA): the host picks the smallest HEADS in
+// {1, 2, 4, 8} that holds the group, so for g <= 8 each K and V byte is read
+// from HBM exactly once.
 //
 // Why this shape: decode is bound by bytes, and a CTA streams only as fast as
-// the loads it has in flight. Here nothing but registers sits between HBM and
-// the math: each warp walks its own tokens of the split, a row of K (and of V)
-// spread over LANES_PER_ROW lanes as 16-byte chunks, and issues the loads of
-// TOKENS_PER_ITER tokens at once (K and V together) before it touches any of
-// them. Scores reduce across a row's lanes with xor shuffles; the online
-// softmax is updated once per iteration, not once per token; the warps of a
-// CTA merge their (m, l, acc) through shared memory once, at the end.
+// the loads it has in flight. Each warp walks its own tokens of the split, a
+// row of K (and of V) spread over LANES_PER_ROW lanes as 16-byte chunks, and
+// keeps DECODE_STREAM_STAGES - 1 iterations of TOKENS_PER_ITER tokens in
+// flight through a per-warp cp.async ring in shared memory (each lane reads
+// back only what it copied, so no barrier guards the ring). Scores reduce
+// across a row's lanes with xor shuffles; the online softmax is updated once
+// per iteration, not once per token; the warps of a CTA merge their
+// (m, l, acc) through shared memory once, at the end.
 #pragma once
 
 #ifndef DA_PORTABLE_LAYER
