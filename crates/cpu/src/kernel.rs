@@ -1,6 +1,9 @@
-//! The hot loop: one work item `(sequence, KV head, split)` over its token
-//! range, for all `g` query heads of that KV head (GQA packing: each K and V
-//! row is read and decoded once, then used by every head of the group).
+//! The hot loop: one work item `(sequence, KV heads, split)` over its token
+//! range, for all `g` query heads of each of its consecutive KV heads (GQA
+//! packing: each K and V row is read and decoded once, then used by every
+//! head of the group). The AVX-512 loop serves the item's KV heads tile by
+//! tile, so it walks each slot's rows of all of them as one contiguous run;
+//! the other paths serve them one KV head at a time.
 //!
 //! Tokens go 16 at a time (one tile, [`TILE_TOKENS`]): the tile's K rows are
 //! decoded into an f32 scratch tile, `g * 16` scores are taken, the online
