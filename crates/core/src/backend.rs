@@ -44,6 +44,16 @@ pub enum KvIndexBuffers<'a, B> {
     TokenIndices { indptr: &'a B, indices: &'a B },
 }
 
+impl<B> KvIndexBuffers<'_, B> {
+    /// What the caller passed, for [`Error::PlanMismatch`].
+    pub fn describe(&self) -> &'static str {
+        match self {
+            KvIndexBuffers::BlockTable { .. } => "a block table",
+            KvIndexBuffers::TokenIndices { .. } => "token indices",
+        }
+    }
+}
+
 /// One decode call's buffers. Shapes (row-major, elements of the plan's dtypes):
 /// `q`, `out`: `[num_seqs, num_q_heads, head_dim]`; `k_cache`, `v_cache`:
 /// `[num_slots, num_kv_heads, head_dim]`; `seq_lens`: `[num_seqs]` of `i32`.
@@ -109,13 +119,7 @@ impl<B: DeviceBuffer> DecodeArgs<'_, B> {
                 indices.len_bytes() / 4
             }
             (given, planned) => {
-                return Err(Error::PlanMismatch {
-                    planned: planned.to_string(),
-                    given: match given {
-                        KvIndexBuffers::BlockTable { .. } => "a block table".into(),
-                        KvIndexBuffers::TokenIndices { .. } => "token indices".into(),
-                    },
-                })
+                return Err(Error::PlanMismatch { planned: planned.to_string(), given: given.describe().into() })
             }
         };
         if (self.workspace.len_bytes() as u64) < plan.workspace_bytes {

@@ -89,13 +89,7 @@ pub(crate) fn validate(
         }
         // `DecodeArgs::check` has already refused a layout that is not the plan's.
         (given, planned) => {
-            return Err(Error::PlanMismatch {
-                planned: planned.to_string(),
-                given: match given {
-                    KvIndexBuffers::BlockTable { .. } => "a block table".into(),
-                    KvIndexBuffers::TokenIndices { .. } => "token indices".into(),
-                },
-            })
+            return Err(Error::PlanMismatch { planned: planned.to_string(), given: given.describe().into() })
         }
     };
     Ok((seq_lens, index))
