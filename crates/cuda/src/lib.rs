@@ -265,6 +265,18 @@ impl CudaBackend {
         self.ctx.compute_capability().map_err(driver_error)
     }
 
+    /// Microseconds the work `enqueue` puts on the stream takes, between two
+    /// device events (waits for it to finish).
+    fn elapsed_us(&self, enqueue: impl FnOnce() -> Result<()>) -> Result<f64> {
+        let start = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver_error)?;
+        let end = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver_error)?;
+        start.record(&self.stream).map_err(driver_error)?;
+        enqueue()?;
+        end.record(&self.stream).map_err(driver_error)?;
+        end.synchronize().map_err(driver_error)?;
+        Ok(start.elapsed_ms(&end).map_err(driver_error)? as f64 * 1e3)
+    }
+
     fn function(&self, name: &str) -> Result<CudaFunction> {
         let mut functions = self.functions.lock().map_err(|_| Error::Device {
             backend: BACKEND,
@@ -545,16 +557,8 @@ impl DecodeAttention for CudaBackend {
         for _ in 0..warmup {
             graph.replay()?;
         }
-        let start = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver_error)?;
-        let end = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver_error)?;
-        start.record(&self.stream).map_err(driver_error)?;
-        for _ in 0..reps.max(1) {
-            graph.replay()?;
-        }
-        end.record(&self.stream).map_err(driver_error)?;
-        end.synchronize().map_err(driver_error)?;
-        let ms = start.elapsed_ms(&end).map_err(driver_error)?;
-        Ok(ms as f64 * 1e3 / reps.max(1) as f64)
+        let reps = reps.max(1);
+        Ok(self.elapsed_us(|| (0..reps).try_for_each(|_| graph.replay()))? / reps as f64)
     }
 
     fn copy_bandwidth_gbps(&self, bytes: usize) -> Result<f64> {
@@ -568,15 +572,9 @@ impl DecodeAttention for CudaBackend {
         // (and than what the peers' torch copy measures).
         let copies = 10;
         let mut run = || -> Result<f64> {
-            let start = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver_error)?;
-            let end = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver_error)?;
-            start.record(&self.stream).map_err(driver_error)?;
-            for _ in 0..copies {
-                self.stream.memcpy_dtod(src, dst).map_err(driver_error)?;
-            }
-            end.record(&self.stream).map_err(driver_error)?;
-            end.synchronize().map_err(driver_error)?;
-            Ok(start.elapsed_ms(&end).map_err(driver_error)? as f64 * 1e3 / copies as f64)
+            let us = self
+                .elapsed_us(|| (0..copies).try_for_each(|_| self.stream.memcpy_dtod(src, dst).map_err(driver_error)))?;
+            Ok(us / copies as f64)
         };
         run()?; // warm-up
         let us = (0..3).map(|_| run()).collect::<Result<Vec<f64>>>()?.into_iter().fold(f64::INFINITY, f64::min);
