@@ -17,8 +17,8 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 use decode_attn::synth::{relative_error, HostBatch};
 use decode_attn::{
-    Backend, BackendSpec, Buffer, DType, DTypes, DecodeAttention, DecodeProblem, DeviceBatch, DeviceBuffer, KvLayout,
-    Plan, Policy,
+    Backend, BackendSpec, DType, DTypes, DecodeAttention, DecodeProblem, DeviceBatch, DeviceBuffer, KvLayout, Plan,
+    Policy,
 };
 use decode_attn_conformance::{tolerance, with_first_sequences};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -255,19 +255,11 @@ fn bench_shape(
         with_first_sequences(&mut batch, checked, |first| decode_attn::reference::decode_reference(first, scale));
 
     // Copies of the pool to cycle over; copy 0 is the batch's own.
-    let pool_bytes = batch.k_cache.len() + batch.v_cache.len();
     let (rotation, max_copies) =
         if gpu { (GPU_ROTATION_BYTES, GPU_MAX_COPIES) } else { (CPU_ROTATION_BYTES, CPU_MAX_COPIES) };
-    let copies = rotation.div_ceil(pool_bytes.max(1)).clamp(1, max_copies);
     let mut device = DeviceBatch::upload(backend, &batch, workspace_bytes, 0xFF)?;
-    let mut extra_pools: Vec<(Buffer, Buffer)> = Vec::with_capacity(copies - 1);
-    for _ in 1..copies {
-        let mut k = backend.alloc(batch.k_cache.len())?;
-        backend.upload(&mut k, &batch.k_cache)?;
-        let mut v = backend.alloc(batch.v_cache.len())?;
-        backend.upload(&mut v, &batch.v_cache)?;
-        extra_pools.push((k, v));
-    }
+    let extra_pools = DeviceBatch::upload_kv_copies(backend, &batch, rotation, max_copies)?;
+    let copies = extra_pools.len() + 1;
     drop(batch); // the KV pool may be gigabytes: keep only the device copies
     let poison = vec![0xFFu8; device.out.len_bytes()];
     let bytes = problem.kv_bytes() as f64 + (problem.q_bytes() + problem.out_bytes()) as f64;
@@ -279,13 +271,7 @@ fn bench_shape(
         let out = device.download_out(backend, problem.dtypes.out)?;
         let relerr = relative_error(&out[..reference.len()], &reference);
 
-        let mut work = || -> decode_attn::Result<()> {
-            backend.decode(plan, device.args())?;
-            for (k, v) in &extra_pools {
-                backend.decode(plan, device.args_with_pools(k, v))?;
-            }
-            Ok(())
-        };
+        let mut work = || device.decode_over_pools(backend, plan, &extra_pools);
         let estimate_us = backend.time_us(&mut work, 1, 2)?;
         let target_us = if gpu { 200_000.0 } else { 400_000.0 };
         let reps = (target_us / estimate_us.max(1.0)).ceil().clamp(3.0, 1000.0) as usize;

@@ -60,16 +60,7 @@ impl Loaded {
         let plan = backend.plan(&problem, Policy::Auto)?;
         let batch = HostBatch::random(&problem, 1);
         let device = DeviceBatch::upload(backend, &batch, plan.workspace_bytes, 0)?;
-        let pool_bytes = batch.k_cache.len() + batch.v_cache.len();
-        let copies = rotation_bytes.div_ceil(pool_bytes.max(1)).clamp(1, 64);
-        let mut pools = Vec::with_capacity(copies - 1);
-        for _ in 1..copies {
-            let mut k = backend.alloc(batch.k_cache.len())?;
-            backend.upload(&mut k, &batch.k_cache)?;
-            let mut v = backend.alloc(batch.v_cache.len())?;
-            backend.upload(&mut v, &batch.v_cache)?;
-            pools.push((k, v));
-        }
+        let pools = DeviceBatch::upload_kv_copies(backend, &batch, rotation_bytes, 64)?;
         Ok(Loaded { problem, plan, device, pools })
     }
 
@@ -77,13 +68,7 @@ impl Loaded {
     fn time_us(&mut self, backend: &Backend, reps: usize) -> decode_attn::Result<f64> {
         let Loaded { plan, device, pools, .. } = self;
         let copies = pools.len() + 1;
-        let mut work = || -> decode_attn::Result<()> {
-            backend.decode(plan, device.args())?;
-            for (k, v) in pools.iter() {
-                backend.decode(plan, device.args_with_pools(k, v))?;
-            }
-            Ok(())
-        };
+        let mut work = || device.decode_over_pools(backend, plan, pools);
         Ok(backend.time_us(&mut work, 2, reps)? / copies as f64)
     }
 

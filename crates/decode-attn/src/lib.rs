@@ -607,6 +607,44 @@ impl<B: DeviceBuffer> DeviceBatch<B> {
         batch_args(q, k_cache, v_cache, seq_lens, index, workspace, out)
     }
 
+    /// Uploads copies of `batch`'s K and V pools, so that with the batch's own
+    /// there are `ceil(rotation_bytes / pool bytes)` pools (between 1 and
+    /// `max_copies`): a timed run that cycles over all of them reads more KV
+    /// than any cache holds. Returns the extra copies only.
+    pub fn upload_kv_copies<D: DecodeAttention<Buffer = B> + ?Sized>(
+        backend: &D,
+        batch: &synth::HostBatch,
+        rotation_bytes: usize,
+        max_copies: usize,
+    ) -> Result<Vec<(B, B)>> {
+        let pool_bytes = batch.k_cache.len() + batch.v_cache.len();
+        let copies = rotation_bytes.div_ceil(pool_bytes.max(1)).clamp(1, max_copies.max(1));
+        (1..copies)
+            .map(|_| {
+                let mut k = backend.alloc(batch.k_cache.len())?;
+                backend.upload(&mut k, &batch.k_cache)?;
+                let mut v = backend.alloc(batch.v_cache.len())?;
+                backend.upload(&mut v, &batch.v_cache)?;
+                Ok((k, v))
+            })
+            .collect()
+    }
+
+    /// Runs `plan` once over this batch's own pool, then once over each of
+    /// `pools` (from [`DeviceBatch::upload_kv_copies`]).
+    pub fn decode_over_pools<D: DecodeAttention<Buffer = B> + ?Sized>(
+        &mut self,
+        backend: &D,
+        plan: &Plan,
+        pools: &[(B, B)],
+    ) -> Result<()> {
+        backend.decode(plan, self.args())?;
+        for (k, v) in pools {
+            backend.decode(plan, self.args_with_pools(k, v))?;
+        }
+        Ok(())
+    }
+
     /// The output, decoded to f32.
     pub fn download_out<D: DecodeAttention<Buffer = B> + ?Sized>(&self, backend: &D, dtype: DType) -> Result<Vec<f32>> {
         let mut bytes = vec![0u8; self.out.len_bytes()];
