@@ -13,6 +13,10 @@
 // before the matching wait shows; this checks group accounting, not timing;
 // inline PTX is replaced by plain C++ of the same rounding.
 //
+// Blocks of up to kMaxThreads = 256 threads. The wave (warp) size is
+// DA_EMU_WAVE, 32 unless the includer defines it (64 emulates AMD
+// wavefronts for kernels/hip; decode.cu itself assumes 32).
+//
 // Shared memory: __shared__ is `static` (one copy for the CTA's fibers, one
 // CTA at a time); a kernel's dynamic shared memory (DA_DYNAMIC_SHARED, the
 // stream kernel's ring) is emu::dynamic_smem, DECODE_STREAM_RING_BYTES as the
@@ -30,6 +34,9 @@
 #include <vector>
 
 #define DA_PORTABLE_LAYER 1
+#ifndef DA_EMU_WAVE
+#define DA_EMU_WAVE 32
+#endif
 #define __global__
 #define __device__
 #define __host__
@@ -77,7 +84,7 @@ inline T __ldg(const T* p) {
 
 // ---- Fibers -----------------------------------------------------------------
 namespace emu {
-constexpr int kMaxThreads = 128;
+constexpr int kMaxThreads = 256;
 constexpr size_t kStack = 256 * 1024;
 enum State { RUNNABLE, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
 struct Fiber {
@@ -151,14 +158,14 @@ inline void run_block(void (*fn)(const void*), const void* arg, int n) {
         if (live == 0) return;
         bool released = false;
         // A warp barrier completes when every live lane of the warp is at it.
-        for (int w = 0; w * 32 < n; ++w) {
+        for (int w = 0; w * DA_EMU_WAVE < n; ++w) {
             int live_w = 0, at_w = 0;
-            for (int t = w * 32; t < w * 32 + 32 && t < n; ++t) {
+            for (int t = w * DA_EMU_WAVE; t < w * DA_EMU_WAVE + DA_EMU_WAVE && t < n; ++t) {
                 live_w += fibers[t].state != DONE;
                 at_w += fibers[t].state == AT_WARP_BARRIER;
             }
             if (at_w > 0 && at_w == live_w) {
-                for (int t = w * 32; t < w * 32 + 32 && t < n; ++t)
+                for (int t = w * DA_EMU_WAVE; t < w * DA_EMU_WAVE + DA_EMU_WAVE && t < n; ++t)
                     if (fibers[t].state == AT_WARP_BARRIER) fibers[t].state = RUNNABLE;
                 released = true;
             }
@@ -186,7 +193,7 @@ inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
     const int t = emu::cur;
     emu::shfl_buf[t] = v;
     emu::yield_as(emu::AT_WARP_BARRIER);
-    const float r = emu::shfl_buf[(t & ~31) | ((t & 31) ^ lane_mask)];
+    const float r = emu::shfl_buf[(t & ~(DA_EMU_WAVE - 1)) | ((t & (DA_EMU_WAVE - 1)) ^ lane_mask)];
     emu::yield_as(emu::AT_WARP_BARRIER);
     return r;
 }

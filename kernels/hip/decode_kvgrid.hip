@@ -1,0 +1,693 @@
+// decode_kvgrid.hip: the kv-head-grid partitioned decode kernel (vLLM
+// paged_attention_v2's grid), one source for HIP (gfx90a, gfx942) and CUDA
+// (sm_80, sm_90; nvcc or NVRTC): everything vendor-specific is in
+// da_portable.h. The launch ABI (DecodeParams, layouts, split rule, guards)
+// is kernels/cuda/decode_params.h.
+//
+// Entry points (extern "C", `const DecodeParams p` by value), T in {f32, f16,
+// bf16}, D in {64, 80, 96, 112, 120, 128, 192, 256}:
+//   decode_kvgrid_<T>_d<D>         grid (num_seqs, num_splits, num_kv_heads)
+//   decode_kvgrid_reduce_<T>_d<D>  grid (num_seqs, num_q_heads), only when num_splits > 1
+// Both: block DECODE_KVGRID_THREADS = 256 threads (4 wavefronts of 64 on AMD,
+// 8 warps of 32 on NVIDIA), static shared memory only, below 48 KB (the host
+// sets no attribute): decode_kvgrid at most 37,424 bytes (D = 256, g >= 16,
+// f32; kvgrid_smem_bytes below gives every variant's), the reducer
+// 4096 + 4096 + 32 bytes (+ padding) = 8,224 bytes.
+//
+// Semantics are those of decode_stream.cuh: num_splits == 1 writes the
+// normalised output (zeros for length 0, NaN for a bad sequence); num_splits
+// > 1 writes unnormalised partial_acc and partial_ml = (max in log2 units,
+// sum) for the active splits only (surplus splits exit at once; a bad
+// sequence has no active split and its reducer writes NaN), and the reducer
+// merges the active rows (NaN for a bad sequence or num_splits >
+// DECODE_MAX_SPLITS, zeros when no split is active).
+//
+// One workgroup = (sequence b, split j, KV head): it serves the whole query
+// group g = num_q_heads / num_kv_heads of its KV head and reads each K and V
+// byte of its token range once. g is the template parameter GQA in 1..16
+// (a device-side switch); larger groups run in passes of 16 heads (each pass
+// reads the KV range again: from L2, in practice).
+//
+// Inside the workgroup the split's tokens go in chunks of CHUNK = 128:
+//   1. QK: each wavefront takes CHUNK / waves consecutive tokens; a K row is
+//      spread over LPR lanes as 16-byte chunks (RG = wave / LPR tokens per
+//      load, U loads in flight); all g scores of a token come out of the same
+//      K registers (q pre-scaled by scale_log2, so scores are in log2 units),
+//      summed over the row's lanes by xor butterflies, and go to LDS with the
+//      token's byte offset.
+//   2. Softmax: wavefront w owns heads w, w + waves, ...: chunk max, new
+//      running max m, rescale alpha = 2^(m_old - m), p = 2^(s - m) in place,
+//      l = l alpha + sum p. One (m, l) per head for the whole workgroup.
+//   3. PV: thread (token group tg, head group hg, 16-byte dim chunk c) owns
+//      HPL heads (hg, hg + HG, ...) x one dim chunk in f32 registers (at most
+//      32 floats), and adds p * v over tokens tg, tg + TG, ... (V loaded with
+//      16-byte loads; the HG head groups of a token load the same bytes in
+//      the same instruction).
+// At the end the TG token groups are summed by a tree through LDS (no
+// rescale: m is workgroup-wide) and token group 0 writes the outputs.
+// Three barriers per chunk, no per-wave softmax state, no spills.
+//
+// Guards as decode_params.h: a bad length or index range reads nothing; a slot
+// outside the pool is never read (its K and V count as zeros) and turns the
+// workgroup's outputs into NaN.
+//
+// Matrix cores: DA_KVGRID_MFMA selects an MFMA QK^T on gfx90a/gfx942 for
+// f16/bf16 (see kvgrid_qk_mfma); it is compile-checked only (no AMD GPU here).
+#include "da_portable.h"
+#include "decode_params.h"
+
+#define DECODE_KVGRID_THREADS 256
+#define DECODE_KVGRID_MAX_GQA 16  // query heads per pass
+#define DECODE_KVGRID_CHUNK 128   // tokens per QK / softmax / PV round
+
+// ---------------------------------------------------------------------------
+// Element types (16-bit ones as bit patterns).
+// ---------------------------------------------------------------------------
+struct kvg_f32 {};
+struct kvg_f16 {};
+struct kvg_bf16 {};
+
+template <typename T>
+struct KvgElem;
+
+template <>
+struct KvgElem<kvg_f32> {
+    static constexpr int BYTES = 4;
+    static constexpr int EPC = 4;  // elements per 16 bytes
+    DA_DEVICE static void unpack(const dap_u4& r, float* f) {
+        f[0] = dap_u2f(r.x);
+        f[1] = dap_u2f(r.y);
+        f[2] = dap_u2f(r.z);
+        f[3] = dap_u2f(r.w);
+    }
+    DA_DEVICE static dap_u4 pack(const float* f) { return dap_u4{dap_f2u(f[0]), dap_f2u(f[1]), dap_f2u(f[2]), dap_f2u(f[3])}; }
+    DA_DEVICE static void store1(void* base, long long i, float v) { reinterpret_cast<float*>(base)[i] = v; }
+};
+
+template <>
+struct KvgElem<kvg_bf16> {
+    static constexpr int BYTES = 2;
+    static constexpr int EPC = 8;
+    DA_DEVICE static void unpack2(unsigned w, float* f) {
+        f[0] = dap_u2f(w << 16);
+        f[1] = dap_u2f(w & 0xffff0000u);
+    }
+    DA_DEVICE static void unpack(const dap_u4& r, float* f) {
+        unpack2(r.x, f);
+        unpack2(r.y, f + 2);
+        unpack2(r.z, f + 4);
+        unpack2(r.w, f + 6);
+    }
+    DA_DEVICE static unsigned pack2(float a, float b) {
+        return (unsigned)dap_f32_to_bf16(a) | ((unsigned)dap_f32_to_bf16(b) << 16);
+    }
+    DA_DEVICE static dap_u4 pack(const float* f) {
+        return dap_u4{pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7])};
+    }
+    DA_DEVICE static void store1(void* base, long long i, float v) {
+        reinterpret_cast<unsigned short*>(base)[i] = dap_f32_to_bf16(v);
+    }
+};
+
+template <>
+struct KvgElem<kvg_f16> {
+    static constexpr int BYTES = 2;
+    static constexpr int EPC = 8;
+    DA_DEVICE static void unpack2(unsigned w, float* f) {
+        f[0] = dap_f16_to_f32((unsigned short)(w & 0xffffu));
+        f[1] = dap_f16_to_f32((unsigned short)(w >> 16));
+    }
+    DA_DEVICE static void unpack(const dap_u4& r, float* f) {
+        unpack2(r.x, f);
+        unpack2(r.y, f + 2);
+        unpack2(r.z, f + 4);
+        unpack2(r.w, f + 6);
+    }
+    DA_DEVICE static unsigned pack2(float a, float b) {
+        return (unsigned)dap_f32_to_f16(a) | ((unsigned)dap_f32_to_f16(b) << 16);
+    }
+    DA_DEVICE static dap_u4 pack(const float* f) {
+        return dap_u4{pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7])};
+    }
+    DA_DEVICE static void store1(void* base, long long i, float v) {
+        reinterpret_cast<unsigned short*>(base)[i] = dap_f32_to_f16(v);
+    }
+};
+
+// ---------------------------------------------------------------------------
+// Sequence guards, the split rule, token -> byte offset (decode_params.h).
+// ---------------------------------------------------------------------------
+struct KvgSeq {
+    int len;                // valid only when ok
+    long long index_start;  // layout 1: kv_indptr[b]
+    bool ok;
+};
+
+DA_DEVICE KvgSeq kvg_seq(const DecodeParams& p, int b) {
+    KvgSeq s;
+    s.len = dap_ld_i32(p.seq_lens + b);
+    s.index_start = 0;
+    bool ok = s.len >= 0;
+    if (p.layout == DECODE_LAYOUT_BLOCK_TABLE) {
+        ok = ok && p.block_size > 0 && p.max_blocks_per_seq >= 0 &&
+             (long long)s.len <= (long long)p.max_blocks_per_seq * p.block_size;
+    } else if (p.layout == DECODE_LAYOUT_TOKEN_INDICES) {
+        if (ok) s.index_start = dap_ld_i32(p.kv_indptr + b);
+        ok = ok && s.index_start >= 0 && s.index_start + s.len <= p.num_indices;
+    } else {
+        ok = false;
+    }
+    s.ok = ok;
+    return s;
+}
+
+struct KvgCut {
+    long long split_tokens;  // tiles_per_split * 16
+    long long active;        // active splits
+};
+
+// tiles = ceil(len / 16); per = max(min_tiles_per_split, 1, ceil(tiles / num_splits)); active = ceil(tiles / per).
+DA_DEVICE KvgCut kvg_cut(const DecodeParams& p, int len) {
+    const long long tiles = ((long long)len + DECODE_TILE_TOKENS - 1) / DECODE_TILE_TOKENS;
+    const long long splits = p.num_splits > 0 ? (long long)p.num_splits : 1;
+    long long per = p.min_tiles_per_split > 1 ? (long long)p.min_tiles_per_split : 1;
+    const long long even = (tiles + splits - 1) / splits;
+    if (even > per) per = even;
+    KvgCut c;
+    c.split_tokens = per * DECODE_TILE_TOKENS;
+    c.active = (tiles + per - 1) / per;
+    return c;
+}
+
+// Byte offset (slot * slot_bytes) of token tok (0 <= tok < len), or -1 when
+// its slot is outside the pool (then *bad = 1).
+DA_DEVICE long long kvg_offset(const DecodeParams& p, const int* row, int tok, long long slot_bytes, int* bad) {
+    long long slot;
+    int raw;
+    if (p.layout == DECODE_LAYOUT_BLOCK_TABLE) {
+        raw = dap_ld_i32(row + tok / p.block_size);
+        slot = (long long)raw * p.block_size + tok % p.block_size;
+    } else {
+        raw = dap_ld_i32(row + tok);
+        slot = raw;
+    }
+    if (raw < 0 || slot >= p.num_slots) {
+        *bad = 1;
+        return -1;
+    }
+    return slot * slot_bytes;
+}
+
+// ---------------------------------------------------------------------------
+// Geometry, all compile-time.
+// ---------------------------------------------------------------------------
+DAP_HOST_DEVICE constexpr int kvg_cdiv(int a, int b) { return (a + b - 1) / b; }
+DAP_HOST_DEVICE constexpr int kvg_pow2_ceil(int x) { return x <= 1 ? 1 : 2 * kvg_pow2_ceil((x + 1) / 2); }
+DAP_HOST_DEVICE constexpr int kvg_pow2_floor(int x) { return x < 2 ? 1 : 2 * kvg_pow2_floor(x / 2); }
+DAP_HOST_DEVICE constexpr int kvg_max(int a, int b) { return a > b ? a : b; }
+DAP_HOST_DEVICE constexpr int kvg_min(int a, int b) { return a < b ? a : b; }
+
+// Register budgets (floats a thread): they bound every GQA variant, and the
+// entry's switch makes the kernel's register count the largest of them.
+#ifndef KVG_ACC
+#define KVG_ACC 16     // PV accumulators
+#endif
+#ifndef KVG_Q_REGS
+#define KVG_Q_REGS 32  // q kept in registers up to this many floats, else read from LDS
+#endif
+#ifndef KVG_SCORES
+#define KVG_SCORES 16  // scores in flight in QK (U tokens x GQA heads)
+#endif
+
+// Fewest head groups (a power of two) that keep HPL * EPC <= KVG_ACC accumulators a thread.
+DAP_HOST_DEVICE constexpr int kvg_head_groups(int gqa, int epc) {
+    int hg = 1;
+    while (kvg_cdiv(gqa, hg) * epc > KVG_ACC) hg *= 2;
+    return hg;
+}
+
+template <typename T, int D, int GQA>
+struct KvgGeo {
+    static constexpr int THREADS = DECODE_KVGRID_THREADS;
+    static constexpr int WAVE = DAP_WAVE;
+    static constexpr int NW = THREADS / WAVE;  // wavefronts
+    static constexpr int EB = KvgElem<T>::BYTES;
+    static constexpr int EPC = KvgElem<T>::EPC;
+    static constexpr int CH = D * EB / 16;  // 16-byte chunks per row
+    static constexpr int C = DECODE_KVGRID_CHUNK;
+    // QK: a row over LPR lanes, CPL chunks a lane, RG rows per wave-wide load.
+    static constexpr int LPR = kvg_pow2_ceil(CH) < WAVE ? kvg_pow2_ceil(CH) : WAVE;
+    static constexpr int CPL = kvg_cdiv(CH, LPR);
+    static constexpr int RG = WAVE / LPR;
+    static constexpr int CW = C / NW;       // tokens per wavefront per chunk
+    static constexpr int LOADS = CW / RG;   // row loads per lane per chunk
+    // Row loads in flight: at most 4 chunks of K, and at most KVG_SCORES scores, a lane.
+    static constexpr int U_WANT = kvg_pow2_floor(kvg_max(1, kvg_min(4 / CPL, KVG_SCORES / GQA)));
+    static constexpr int U = kvg_min(U_WANT, LOADS);
+    static constexpr bool Q_REGS = GQA * CPL * EPC <= KVG_Q_REGS;  // q in registers, else read from LDS
+    static constexpr int HPW = kvg_cdiv(GQA, NW);          // softmax heads per wavefront
+    // PV: thread (tg, hg, c).
+    static constexpr int SLOTS = THREADS / CH;
+    static constexpr int HG = kvg_head_groups(GQA, EPC);
+    static constexpr int HPL = kvg_cdiv(GQA, HG);
+    static constexpr int ACC = HPL * EPC;
+    static constexpr int TG = kvg_pow2_floor(SLOTS / HG);
+    static constexpr int PV_THREADS = TG * HG * CH;
+    static constexpr int PVU = 4;  // V loads in flight a thread
+    static constexpr int RED_THREADS = (TG / 2) * HG * CH;
+    static constexpr int RED_FLOATS = ACC * RED_THREADS;
+    static constexpr int UNION_FLOATS = kvg_max(GQA * C, RED_FLOATS);
+
+    static_assert(D % 8 == 0 && CH * 16 == D * EB, "rows are whole 16-byte chunks");
+    static_assert(C % NW == 0 && CW % RG == 0 && LOADS % U == 0, "QK tiling");
+    static_assert(HG <= SLOTS, "PV tiling");
+    static_assert(PV_THREADS <= THREADS && ACC <= KVG_ACC, "PV tiling");
+};
+
+template <typename T, int D, int GQA>
+struct alignas(16) KvgSmem {
+    using G = KvgGeo<T, D, GQA>;
+    float q[GQA * D];             // pre-scaled q (f32)
+    float u[G::UNION_FLOATS];     // scores / p [GQA][C]; at the end the token-group sums
+    long long off[G::C];          // byte offset of each token of the chunk (-1: none)
+    float m[GQA], l[GQA], alpha[GQA];
+    int bad;
+};
+
+// Static shared memory of decode_kvgrid_<T>_d<D>, in bytes: one buffer that
+// every GQA variant of the entry's switch shares (separate __shared__
+// variables in each instantiation would be allocated side by side).
+template <typename T, int D, int GQA = DECODE_KVGRID_MAX_GQA>
+DAP_HOST_DEVICE constexpr int kvgrid_smem_bytes() {
+    return kvg_max((int)sizeof(KvgSmem<T, D, GQA>), GQA > 1 ? kvgrid_smem_bytes<T, D, (GQA > 1 ? GQA - 1 : 1)>() : 0);
+}
+
+// ---------------------------------------------------------------------------
+// The decode body: one pass over heads [head0, head0 + nheads) of KV head kvh
+// (nheads <= GQA; heads past nheads are computed on zero q and dropped).
+// ---------------------------------------------------------------------------
+template <typename T, int D, int GQA>
+DA_DEVICE void kvgrid_body(const DecodeParams& p, int kvh, int head0, int nheads, unsigned char* smem) {
+    using G = KvgGeo<T, D, GQA>;
+    using E = KvgElem<T>;
+    constexpr int EPC = G::EPC, CH = G::CH, C = G::C, LPR = G::LPR, CPL = G::CPL, U = G::U;
+    KvgSmem<T, D, GQA>& sm = *reinterpret_cast<KvgSmem<T, D, GQA>*>(smem);
+
+    const int tid = dap_tid();
+    const int b = dap_bid_x();
+    const int split = dap_bid_y();
+    const bool unsplit = p.num_splits == 1;
+
+    const KvgSeq seq = kvg_seq(p, b);
+    const int len = seq.ok ? seq.len : 0;
+    const KvgCut cut = kvg_cut(p, len);
+    // Surplus splits exit at once (uniform); the unsplit workgroup always writes.
+    if (!unsplit && (long long)split >= cut.active) return;
+    const long long start = (long long)split * cut.split_tokens;
+    const long long end = dap_min_ll(len, start + cut.split_tokens);
+
+    dap_barrier();  // a previous pass (g > 16) is done with sm
+    // Stage q (pre-scaled, f32); init the softmax state.
+    for (int i = tid; i < GQA * CH; i += G::THREADS) {
+        const int h = i / CH, c = i % CH;
+        float f[EPC];
+        if (h < nheads) {
+            const char* src = reinterpret_cast<const char*>(p.q) +
+                              (((long long)b * p.num_q_heads + head0 + h) * D + c * EPC) * G::EB;
+            E::unpack(dap_ld16(src), f);
+        } else {
+#pragma unroll
+            for (int e = 0; e < EPC; ++e) f[e] = 0.f;
+        }
+#pragma unroll
+        for (int e = 0; e < EPC; ++e) sm.q[h * D + c * EPC + e] = f[e] * p.scale_log2;
+    }
+    if (tid < GQA) {
+        sm.m[tid] = dap_neg_inf();
+        sm.l[tid] = 0.f;
+        sm.alpha[tid] = 0.f;
+    }
+    if (tid == 0) sm.bad = seq.ok ? 0 : 1;
+    dap_barrier();
+
+    // QK roles.
+    const int wave = tid / G::WAVE;
+    const int lane = tid % G::WAVE;
+    const int row = lane / LPR;
+    const int col = lane % LPR;
+    float qr[G::Q_REGS ? GQA : 1][CPL][EPC];
+    if constexpr (G::Q_REGS) {
+#pragma unroll
+        for (int h = 0; h < GQA; ++h)
+#pragma unroll
+            for (int c = 0; c < CPL; ++c) {
+                const int chunk = col + c * LPR;
+#pragma unroll
+                for (int e = 0; e < EPC; ++e) qr[h][c][e] = chunk < CH ? sm.q[h * D + chunk * EPC + e] : 0.f;
+            }
+    }
+    // PV roles.
+    const int tg = tid / (G::HG * CH);
+    const int hg = (tid / CH) % G::HG;
+    const int pc = tid % CH;
+    const bool pv_thread = tid < G::PV_THREADS;
+    int hidx[G::HPL];  // this thread's PV heads (clamped: rows past GQA read head GQA-1 and are dropped)
+#pragma unroll
+    for (int j = 0; j < G::HPL; ++j) hidx[j] = dap_min(hg + j * G::HG, GQA - 1);
+    float acc[G::HPL][EPC];
+#pragma unroll
+    for (int j = 0; j < G::HPL; ++j)
+#pragma unroll
+        for (int e = 0; e < EPC; ++e) acc[j][e] = 0.f;
+
+    const long long slot_bytes = (long long)p.num_kv_heads * D * G::EB;
+    const char* k_base = reinterpret_cast<const char*>(p.k_cache) + (long long)kvh * D * G::EB;
+    const char* v_base = reinterpret_cast<const char*>(p.v_cache) + (long long)kvh * D * G::EB;
+    const int* index = p.layout == DECODE_LAYOUT_BLOCK_TABLE ? p.block_table + (long long)b * p.max_blocks_per_seq
+                                                             : p.kv_indices + seq.index_start;
+
+    for (long long c0 = start; c0 < end; c0 += C) {
+        const int n = (int)dap_min_ll(C, end - c0);  // tokens of this chunk
+        dap_barrier();                                // the previous chunk's PV is done with sm.u and sm.off
+
+        // ---- 1. QK: scores of the wavefront's tokens, all heads. ----
+        for (int i0 = 0; i0 < G::LOADS; i0 += U) {
+            if (wave * G::CW + i0 * G::RG >= n) break;  // uniform over the wavefront
+            dap_u4 kraw[U][CPL];
+            int tok[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                tok[u] = wave * G::CW + (i0 + u) * G::RG + row;
+                long long off = -1;
+                if (tok[u] < n) off = kvg_offset(p, index, (int)(c0 + tok[u]), slot_bytes, &sm.bad);
+                if (col == 0 && tok[u] < n) sm.off[tok[u]] = off;
+#pragma unroll
+                for (int c = 0; c < CPL; ++c) {
+                    const int chunk = col + c * LPR;
+                    if (off >= 0 && chunk < CH) kraw[u][c] = dap_ld_stream16(k_base + off + chunk * 16);
+                    else kraw[u][c] = dap_u4{0u, 0u, 0u, 0u};
+                }
+            }
+            float s[U * GQA];
+#pragma unroll
+            for (int i = 0; i < U * GQA; ++i) s[i] = 0.f;
+#pragma unroll
+            for (int c = 0; c < CPL; ++c) {
+                const int chunk = col + c * LPR;
+                if (chunk >= CH) continue;  // only where CH is not a power of two
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    float k[EPC];
+                    E::unpack(kraw[u][c], k);
+#pragma unroll
+                    for (int h = 0; h < GQA; ++h) {
+                        float a = s[u * GQA + h];
+#pragma unroll
+                        for (int e = 0; e < EPC; ++e) {
+                            const float qv = G::Q_REGS ? qr[G::Q_REGS ? h : 0][c][e] : sm.q[h * D + chunk * EPC + e];
+                            a = dap_fma(qv, k[e], a);
+                        }
+                        s[u * GQA + h] = a;
+                    }
+                }
+            }
+            dap_xor_sum<1, LPR>(s);
+            if (col == 0) {
+#pragma unroll
+                for (int u = 0; u < U; ++u)
+                    if (tok[u] < n)
+#pragma unroll
+                        for (int h = 0; h < GQA; ++h) sm.u[h * C + tok[u]] = s[u * GQA + h];
+            }
+        }
+        dap_barrier();
+
+        // ---- 2. Softmax over the chunk, one wavefront per head. ----
+        {
+            float mx[G::HPW];
+#pragma unroll
+            for (int j = 0; j < G::HPW; ++j) {
+                const int h = dap_min(wave + j * G::NW, GQA - 1);
+                float v = dap_neg_inf();
+                for (int t = lane; t < n; t += G::WAVE) v = dap_fmax(v, sm.u[h * C + t]);
+                mx[j] = v;
+            }
+            dap_xor_max<1, G::WAVE>(mx);
+            float sum[G::HPW], m_old[G::HPW];
+#pragma unroll
+            for (int j = 0; j < G::HPW; ++j) {
+                const int h = wave + j * G::NW;
+                sum[j] = 0.f;
+                m_old[j] = 0.f;
+                if (h < GQA) {
+                    m_old[j] = sm.m[h];
+                    mx[j] = dap_fmax(m_old[j], mx[j]);  // the new running max
+                    for (int t = lane; t < n; t += G::WAVE) {
+                        const float pr = dap_exp2(sm.u[h * C + t] - mx[j]);
+                        sm.u[h * C + t] = pr;
+                        sum[j] += pr;
+                    }
+                }
+            }
+            dap_xor_sum<1, G::WAVE>(sum);
+            if (lane == 0) {
+#pragma unroll
+                for (int j = 0; j < G::HPW; ++j) {
+                    const int h = wave + j * G::NW;
+                    if (h < GQA) {
+                        const float alpha = dap_exp2(m_old[j] - mx[j]);  // 0 on the first chunk
+                        sm.alpha[h] = alpha;
+                        sm.m[h] = mx[j];
+                        sm.l[h] = sm.l[h] * alpha + sum[j];
+                    }
+                }
+            }
+        }
+        dap_barrier();
+
+        // ---- 3. PV: rescale, then acc += p * v over this thread's tokens. ----
+        if (pv_thread) {
+#pragma unroll
+            for (int j = 0; j < G::HPL; ++j) {
+                const float a = sm.alpha[hidx[j]];
+#pragma unroll
+                for (int e = 0; e < EPC; ++e) acc[j][e] *= a;
+            }
+            for (int t0 = tg; t0 < n; t0 += G::TG * G::PVU) {
+                dap_u4 vraw[G::PVU];
+#pragma unroll
+                for (int u = 0; u < G::PVU; ++u) {
+                    const int t = t0 + u * G::TG;
+                    const long long off = t < n ? sm.off[t] : -1;
+                    if (off >= 0) vraw[u] = dap_ld_stream16(v_base + off + pc * 16);
+                    else vraw[u] = dap_u4{0u, 0u, 0u, 0u};
+                }
+#pragma unroll
+                for (int u = 0; u < G::PVU; ++u) {
+                    const int t = t0 + u * G::TG;
+                    if (t < n) {
+                        float v[EPC];
+                        E::unpack(vraw[u], v);
+#pragma unroll
+                        for (int j = 0; j < G::HPL; ++j) {
+                            const float pr = sm.u[hidx[j] * C + t];
+#pragma unroll
+                            for (int e = 0; e < EPC; ++e) acc[j][e] = dap_fma(pr, v[e], acc[j][e]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    dap_barrier();  // PV done: sm.u is free; sm.bad, sm.m, sm.l final
+
+    // ---- Sum the token groups: a tree through LDS (layout [ACC][RED_THREADS]). ----
+#pragma unroll
+    for (int step = G::TG / 2; step >= 1; step /= 2) {
+        const int span = step * G::HG * CH;  // threads of `step` token groups
+        if (pv_thread && tg >= step && tg < 2 * step) {
+#pragma unroll
+            for (int j = 0; j < G::HPL; ++j)
+#pragma unroll
+                for (int e = 0; e < EPC; ++e) sm.u[(j * EPC + e) * G::RED_THREADS + (tid - span)] = acc[j][e];
+        }
+        dap_barrier();
+        if (tg < step) {
+#pragma unroll
+            for (int j = 0; j < G::HPL; ++j)
+#pragma unroll
+                for (int e = 0; e < EPC; ++e) acc[j][e] += sm.u[(j * EPC + e) * G::RED_THREADS + tid];
+        }
+        dap_barrier();
+    }
+
+    // ---- Outputs: token group 0 holds the sums. ----
+    if (tg == 0) {
+        const bool bad = sm.bad != 0;
+        const float nan = dap_nan();
+#pragma unroll
+        for (int j = 0; j < G::HPL; ++j) {
+            const int h = hg + j * G::HG;
+            if (h >= nheads) continue;
+            const long long q_head = (long long)b * p.num_q_heads + head0 + h;
+            const float l = sm.l[h];
+            if (unsplit) {
+                float o[EPC];
+#pragma unroll
+                for (int e = 0; e < EPC; ++e) o[e] = bad ? nan : l == 0.f ? 0.f : acc[j][e] / l;
+                char* dst = reinterpret_cast<char*>(p.out) + (q_head * D + pc * EPC) * G::EB;
+                dap_st16(dst, E::pack(o));
+            } else {
+                const long long prow = q_head * p.num_splits + split;
+                float* dst = p.partial_acc + prow * D + pc * EPC;
+#pragma unroll
+                for (int e = 0; e < EPC; e += 4) {
+                    float o[4];
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) o[k] = bad ? nan : acc[j][e + k];
+                    dap_st16(dst + e, dap_u4{dap_f2u(o[0]), dap_f2u(o[1]), dap_f2u(o[2]), dap_f2u(o[3])});
+                }
+                if (pc == 0) {
+                    // A bad sequence poisons its rows: l = NaN makes the reducer's sum NaN.
+                    p.partial_ml[2 * prow] = bad ? 0.f : sm.m[h];
+                    p.partial_ml[2 * prow + 1] = bad ? nan : l;
+                }
+            }
+        }
+    }
+}
+
+template <typename T, int D>
+DA_DEVICE void kvgrid_entry(const DecodeParams& p) {
+    constexpr int SMEM = kvgrid_smem_bytes<T, D>();
+    static_assert(SMEM <= 48 * 1024, "static shared memory above 48 KB");
+    struct alignas(16) Buf {
+        unsigned char bytes[SMEM];
+    };
+    __shared__ Buf smem_buf;
+    unsigned char* smem = smem_buf.bytes;
+    const int kvh = dap_bid_z();
+    const int g = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 0;
+    const int head0 = kvh * g;
+    switch (g) {
+#define KVG_CASE(n)                              \
+    case n:                                      \
+        kvgrid_body<T, D, n>(p, kvh, head0, n, smem); \
+        break;
+        KVG_CASE(1) KVG_CASE(2) KVG_CASE(3) KVG_CASE(4) KVG_CASE(5) KVG_CASE(6) KVG_CASE(7) KVG_CASE(8)
+        KVG_CASE(9) KVG_CASE(10) KVG_CASE(11) KVG_CASE(12) KVG_CASE(13) KVG_CASE(14) KVG_CASE(15) KVG_CASE(16)
+#undef KVG_CASE
+        default:
+            // Passes of 16 heads (g < 1 writes nothing: there is no head to write).
+            for (int h = 0; h < g; h += DECODE_KVGRID_MAX_GQA)
+                kvgrid_body<T, D, DECODE_KVGRID_MAX_GQA>(p, kvh, head0 + h, dap_min(DECODE_KVGRID_MAX_GQA, g - h), smem);
+            break;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The split reducer: one workgroup per (sequence, query head).
+// ---------------------------------------------------------------------------
+template <typename T, int D>
+DA_DEVICE void kvgrid_reduce_body(const DecodeParams& p) {
+    constexpr int THREADS = DECODE_KVGRID_THREADS;
+    constexpr int NW = THREADS / DAP_WAVE;
+    constexpr int RT = D / 4;              // threads per partial row (float4 each)
+    constexpr int SG = THREADS / RT;       // rows summed in parallel
+    struct Smem {
+        float w[DECODE_MAX_SPLITS];  // split weights 2^(m_j - M)
+        float part[SG * D];          // per-row-group sums
+        float red[2 * NW];
+    };
+    __shared__ Smem sm;
+    static_assert(SG * D <= 1024 && SG >= 1, "reducer tiling");
+
+    const int tid = dap_tid();
+    const int b = dap_bid_x();
+    const int head = dap_bid_y();
+    const long long q_head = (long long)b * p.num_q_heads + head;
+    const KvgSeq seq = kvg_seq(p, b);
+    if (!seq.ok || p.num_splits > DECODE_MAX_SPLITS) {
+        for (int d = tid; d < D; d += THREADS) KvgElem<T>::store1(p.out, q_head * D + d, dap_nan());
+        return;
+    }
+    const int active = (int)kvg_cut(p, seq.len).active;  // <= num_splits
+    const float* ml = p.partial_ml + 2 * q_head * p.num_splits;
+    const int wave = tid / DAP_WAVE, lane = tid % DAP_WAVE;
+
+    float mx[1] = {dap_neg_inf()};
+    for (int j = tid; j < active; j += THREADS) mx[0] = dap_fmax(mx[0], ml[2 * j]);
+    dap_xor_max<1, DAP_WAVE>(mx);
+    if (lane == 0) sm.red[wave] = mx[0];
+    dap_barrier();
+    float big_m = sm.red[0];
+#pragma unroll
+    for (int w = 1; w < NW; ++w) big_m = dap_fmax(big_m, sm.red[w]);
+
+    float ls[1] = {0.f};
+    for (int j = tid; j < active; j += THREADS) {
+        const float w = dap_exp2(ml[2 * j] - big_m);
+        sm.w[j] = w;
+        ls[0] += ml[2 * j + 1] * w;
+    }
+    dap_xor_sum<1, DAP_WAVE>(ls);
+    if (lane == 0) sm.red[NW + wave] = ls[0];
+    dap_barrier();  // also orders the weights before their reads
+    float big_l = 0.f;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) big_l += sm.red[NW + w];
+
+    // Rows j = sg, sg + SG, ... summed by row group sg, a float4 of dims a thread.
+    const int sg = tid / RT, q4 = tid % RT;
+    if (sg < SG) {
+        const float* acc = p.partial_acc + q_head * p.num_splits * D + q4 * 4;
+        float a[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+        for (int j = sg; j < active; j += SG) {
+            const float w = sm.w[j];
+            const dap_u4 r = dap_ld16(acc + (long long)j * D);
+            a[0] = dap_fma(w, dap_u2f(r.x), a[0]);
+            a[1] = dap_fma(w, dap_u2f(r.y), a[1]);
+            a[2] = dap_fma(w, dap_u2f(r.z), a[2]);
+            a[3] = dap_fma(w, dap_u2f(r.w), a[3]);
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) sm.part[sg * D + q4 * 4 + k] = a[k];
+    }
+    dap_barrier();
+    for (int d = tid; d < D; d += THREADS) {
+        float a = 0.f;
+#pragma unroll
+        for (int s = 0; s < SG; ++s) a += sm.part[s * D + d];
+        // `== 0`, not `> 0`: a NaN sum (a poisoned row) stays NaN; no active split gives zeros.
+        KvgElem<T>::store1(p.out, q_head * D + d, big_l == 0.f ? 0.f : a / big_l);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Entry points.
+// ---------------------------------------------------------------------------
+#define KVG_ENTRIES(TNAME, TYPE, D)                                                                 \
+    DA_KERNEL void DAP_LAUNCH_BOUNDS(DECODE_KVGRID_THREADS, 1) decode_kvgrid_##TNAME##_d##D(const DecodeParams p) { \
+        kvgrid_entry<TYPE, D>(p);                                                                   \
+    }                                                                                               \
+    DA_KERNEL void DAP_LAUNCH_BOUNDS(DECODE_KVGRID_THREADS, 1)                                      \
+        decode_kvgrid_reduce_##TNAME##_d##D(const DecodeParams p) {                                 \
+        kvgrid_reduce_body<TYPE, D>(p);                                                             \
+    }
+
+#define KVG_ALL_DIMS(TNAME, TYPE)                                                                   \
+    KVG_ENTRIES(TNAME, TYPE, 64)                                                                    \
+    KVG_ENTRIES(TNAME, TYPE, 80)                                                                    \
+    KVG_ENTRIES(TNAME, TYPE, 96)                                                                    \
+    KVG_ENTRIES(TNAME, TYPE, 112)                                                                   \
+    KVG_ENTRIES(TNAME, TYPE, 120)                                                                   \
+    KVG_ENTRIES(TNAME, TYPE, 128)                                                                   \
+    KVG_ENTRIES(TNAME, TYPE, 192)                                                                   \
+    KVG_ENTRIES(TNAME, TYPE, 256)
+
+#ifndef DA_KVGRID_ONLY  // a test can instantiate a subset
+KVG_ALL_DIMS(f32, kvg_f32)
+KVG_ALL_DIMS(f16, kvg_f16)
+KVG_ALL_DIMS(bf16, kvg_bf16)
+#endif
