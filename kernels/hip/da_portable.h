@@ -88,8 +88,11 @@ inline unsigned short dap_f32_to_f16(float x) { return host_f32_to_f16(x); }
 #ifndef __launch_bounds__
 #define __launch_bounds__(threads, ...) __attribute__((amdgpu_flat_work_group_size(1, threads)))
 #endif
-// min_blocks has no direct AMD meaning; the flat work-group size bounds registers.
-#define DAP_LAUNCH_BOUNDS(threads, min_blocks) __attribute__((amdgpu_flat_work_group_size(1, threads)))
+// min_blocks workgroups a CU: as many waves per SIMD (EU) as each workgroup
+// puts on one, which bounds VGPRs (512 / waves on gfx90a / gfx942).
+#define DAP_LAUNCH_BOUNDS(threads, min_blocks)                          \
+    __attribute__((amdgpu_flat_work_group_size(1, threads),            \
+                   amdgpu_waves_per_eu((min_blocks) * (((threads) + 4 * DAP_WAVE - 1) / (4 * DAP_WAVE)))))
 
 struct alignas(16) dap_u4 {
     unsigned x, y, z, w;

@@ -10,9 +10,10 @@
 //   decode_kvgrid_reduce_<T>_d<D>  grid (num_seqs, num_q_heads), only when num_splits > 1
 // Both: block DECODE_KVGRID_THREADS = 256 threads (4 wavefronts of 64 on AMD,
 // 8 warps of 32 on NVIDIA), static shared memory only, below 48 KB (the host
-// sets no attribute): decode_kvgrid at most 37,424 bytes (D = 256, g >= 16,
-// f32; kvgrid_smem_bytes below gives every variant's), the reducer
-// 4096 + 4096 + 32 bytes (+ padding) = 8,224 bytes.
+// sets no attribute): decode_kvgrid_*_d<D> 13,520 bytes (D = 64), 14,544
+// (80), 15,568 (96), 16,592 (112), 17,104 (120), 17,616 (128), 21,712 (192),
+// 25,808 (256), the same for every T (kvgrid_smem_bytes<T, D>()); the
+// reducer 8,256 bytes on NVIDIA, 8,224 on AMD.
 //
 // Semantics are those of decode_stream.cuh: num_splits == 1 writes the
 // normalised output (zeros for length 0, NaN for a bad sequence); num_splits
@@ -51,8 +52,8 @@
 // outside the pool is never read (its K and V count as zeros) and turns the
 // workgroup's outputs into NaN.
 //
-// Matrix cores: DA_KVGRID_MFMA selects an MFMA QK^T on gfx90a/gfx942 for
-// f16/bf16 (see kvgrid_qk_mfma); it is compile-checked only (no AMD GPU here).
+// Matrix cores (MFMA on gfx90a / gfx942): not done yet; every target runs the
+// generic FMA path above.
 #include "da_portable.h"
 #include "decode_params.h"
 
@@ -667,8 +668,20 @@ DA_DEVICE void kvgrid_reduce_body(const DecodeParams& p) {
 // ---------------------------------------------------------------------------
 // Entry points.
 // ---------------------------------------------------------------------------
+// Workgroups an SM / CU the build asks registers for: CUDA 2 (256 threads:
+// at most 128 registers a thread, no spills); AMD 1 (no VGPR cap beyond the
+// flat work-group size: a cap of 128 VGPRs made the g = 4, 8 variants use
+// scratch, and LDS already limits the larger groups to 2-3 workgroups a CU).
+#ifndef KVG_MIN_BLOCKS
+#if defined(__HIP__) || defined(__HIPCC_RTC__)
+#define KVG_MIN_BLOCKS 1
+#else
+#define KVG_MIN_BLOCKS 2
+#endif
+#endif
+
 #define KVG_ENTRIES(TNAME, TYPE, D)                                                                 \
-    DA_KERNEL void DAP_LAUNCH_BOUNDS(DECODE_KVGRID_THREADS, 1) decode_kvgrid_##TNAME##_d##D(const DecodeParams p) { \
+    DA_KERNEL void DAP_LAUNCH_BOUNDS(DECODE_KVGRID_THREADS, KVG_MIN_BLOCKS) decode_kvgrid_##TNAME##_d##D(const DecodeParams p) { \
         kvgrid_entry<TYPE, D>(p);                                                                   \
     }                                                                                               \
     DA_KERNEL void DAP_LAUNCH_BOUNDS(DECODE_KVGRID_THREADS, 1)                                      \
