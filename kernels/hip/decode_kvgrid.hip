@@ -672,6 +672,8 @@ DA_DEVICE void kvgrid_reduce_body(const DecodeParams& p) {
 // at most 128 registers a thread, no spills); AMD 1 (no VGPR cap beyond the
 // flat work-group size: a cap of 128 VGPRs made the g = 4, 8 variants use
 // scratch, and LDS already limits the larger groups to 2-3 workgroups a CU).
+// f32 KV takes 1 on CUDA too: at 128 registers its d = 112, 120 variants
+// spill (12 bytes on sm_80); f32 caches are rare and twice the bytes anyway.
 #ifndef KVG_MIN_BLOCKS
 #if defined(__HIP__) || defined(__HIPCC_RTC__)
 #define KVG_MIN_BLOCKS 1
@@ -680,8 +682,9 @@ DA_DEVICE void kvgrid_reduce_body(const DecodeParams& p) {
 #endif
 #endif
 
-#define KVG_ENTRIES(TNAME, TYPE, D)                                                                 \
-    DA_KERNEL void DAP_LAUNCH_BOUNDS(DECODE_KVGRID_THREADS, KVG_MIN_BLOCKS) decode_kvgrid_##TNAME##_d##D(const DecodeParams p) { \
+#define KVG_ENTRIES(TNAME, TYPE, D) KVG_ENTRIES_MB(TNAME, TYPE, D, KVG_MIN_BLOCKS)
+#define KVG_ENTRIES_MB(TNAME, TYPE, D, MB)                                                          \
+    DA_KERNEL void DAP_LAUNCH_BOUNDS(DECODE_KVGRID_THREADS, MB) decode_kvgrid_##TNAME##_d##D(const DecodeParams p) { \
         kvgrid_entry<TYPE, D>(p);                                                                   \
     }                                                                                               \
     DA_KERNEL void DAP_LAUNCH_BOUNDS(DECODE_KVGRID_THREADS, 1)                                      \
@@ -689,18 +692,18 @@ DA_DEVICE void kvgrid_reduce_body(const DecodeParams& p) {
         kvgrid_reduce_body<TYPE, D>(p);                                                             \
     }
 
-#define KVG_ALL_DIMS(TNAME, TYPE)                                                                   \
-    KVG_ENTRIES(TNAME, TYPE, 64)                                                                    \
-    KVG_ENTRIES(TNAME, TYPE, 80)                                                                    \
-    KVG_ENTRIES(TNAME, TYPE, 96)                                                                    \
-    KVG_ENTRIES(TNAME, TYPE, 112)                                                                   \
-    KVG_ENTRIES(TNAME, TYPE, 120)                                                                   \
-    KVG_ENTRIES(TNAME, TYPE, 128)                                                                   \
-    KVG_ENTRIES(TNAME, TYPE, 192)                                                                   \
-    KVG_ENTRIES(TNAME, TYPE, 256)
+#define KVG_ALL_DIMS(TNAME, TYPE, MB)                                                               \
+    KVG_ENTRIES_MB(TNAME, TYPE, 64, MB)                                                             \
+    KVG_ENTRIES_MB(TNAME, TYPE, 80, MB)                                                             \
+    KVG_ENTRIES_MB(TNAME, TYPE, 96, MB)                                                             \
+    KVG_ENTRIES_MB(TNAME, TYPE, 112, MB)                                                            \
+    KVG_ENTRIES_MB(TNAME, TYPE, 120, MB)                                                            \
+    KVG_ENTRIES_MB(TNAME, TYPE, 128, MB)                                                            \
+    KVG_ENTRIES_MB(TNAME, TYPE, 192, MB)                                                            \
+    KVG_ENTRIES_MB(TNAME, TYPE, 256, MB)
 
 #ifndef DA_KVGRID_ONLY  // a test can instantiate a subset
-KVG_ALL_DIMS(f32, kvg_f32)
-KVG_ALL_DIMS(f16, kvg_f16)
-KVG_ALL_DIMS(bf16, kvg_bf16)
+KVG_ALL_DIMS(f32, kvg_f32, 1)
+KVG_ALL_DIMS(f16, kvg_f16, KVG_MIN_BLOCKS)
+KVG_ALL_DIMS(bf16, kvg_bf16, KVG_MIN_BLOCKS)
 #endif
