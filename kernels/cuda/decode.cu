@@ -939,3 +939,20 @@ DA_MERGE_ENTRY(bf16, da_bf16)
 DA_STREAM_ALL_DIMS(f32, float)
 DA_STREAM_ALL_DIMS(f16, da_f16)
 DA_STREAM_ALL_DIMS(bf16, da_bf16)
+
+// ---------------------------------------------------------------------------
+// The tensor-core kernel (decode_mma.cuh): the default for f16 and bf16 with
+// head_dim <= 128; its splits are merged by decode_stream_reduce_*.
+// ---------------------------------------------------------------------------
+#include "decode_mma.cuh"
+
+#define DA_MMA_ALL_DIMS(TNAME, TYPE)                                                                     \
+    DA_MMA_ENTRY(TYPE, TNAME, 64)                                                                        \
+    DA_MMA_ENTRY(TYPE, TNAME, 80)                                                                        \
+    DA_MMA_ENTRY(TYPE, TNAME, 96)                                                                        \
+    DA_MMA_ENTRY(TYPE, TNAME, 112)                                                                       \
+    DA_MMA_ENTRY(TYPE, TNAME, 120)                                                                       \
+    DA_MMA_ENTRY(TYPE, TNAME, 128)
+
+DA_MMA_ALL_DIMS(f16, da_f16)
+DA_MMA_ALL_DIMS(bf16, da_bf16)

@@ -70,6 +70,45 @@ struct StreamGeometry {
     static_assert(HEAD_DIM * Elem<T>::BYTES % 16 == 0, "rows are whole 16-byte chunks");
 };
 
+// The end of a decode CTA: merge its warps' (m_w, l_w, acc_w) from shared
+// memory (row h of warp w at w * heads_stride + h) as
+//   M = max m_w, L = sum l_w 2^(m_w - M), A = sum acc_w 2^(m_w - M),
+// then write out = A / L (unsplit; NaN for a bad sequence) or the split's
+// partial row (A, M, L; a bad sequence poisons L with NaN).
+template <typename T, int HEAD_DIM, int WARPS>
+DA_DEVICE void store_cta_state(const DecodeParams& p, const float* warp_m, const float* warp_l, const float* warp_acc,
+                               int heads_stride, int num_heads, int b, int head0, int split, int bad) {
+    const bool unsplit = p.num_splits == 1;
+    for (int i = threadIdx.x; i < num_heads * HEAD_DIM; i += DECODE_THREADS) {
+        const int h = i / HEAD_DIM;
+        const int d = i % HEAD_DIM;
+        float big_m = da_neg_inf();
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) big_m = fmaxf(big_m, warp_m[w * heads_stride + h]);
+        float big_l = 0.f, a = 0.f;
+        if (big_m != da_neg_inf()) {
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) {
+                const float scale = da_exp2(warp_m[w * heads_stride + h] - big_m);
+                big_l = fmaf(warp_l[w * heads_stride + h], scale, big_l);
+                a = fmaf(warp_acc[(w * heads_stride + h) * HEAD_DIM + d], scale, a);
+            }
+        }
+        const long long q_head = (long long)b * p.num_q_heads + head0 + h;
+        if (unsplit) {
+            const float value = bad ? da_nan() : big_l == 0.f ? 0.f : a / big_l;
+            Elem<T>::store(p.out, q_head * HEAD_DIM + d, value);
+        } else {
+            const long long row_index = q_head * p.num_splits + split;
+            p.partial_acc[row_index * HEAD_DIM + d] = bad ? da_nan() : a;
+            if (d == 0) {
+                p.partial_ml[2 * row_index] = bad ? 0.f : big_m;
+                p.partial_ml[2 * row_index + 1] = bad ? da_nan() : big_l;
+            }
+        }
+    }
+}
+
 template <typename T, int HEAD_DIM, int HEADS>
 DA_DEVICE void decode_stream_body(const DecodeParams& p) {
     using G = StreamGeometry<T, HEAD_DIM, HEADS>;
@@ -313,42 +352,15 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
     }
     bad = da_syncthreads_or(bad);
 
-    // Merge the warps: M = max m_w, L = sum l_w 2^(m_w - M), A = sum acc_w 2^(m_w - M).
-    for (int i = threadIdx.x; i < num_heads * HEAD_DIM; i += DECODE_THREADS) {
-        const int h = i / HEAD_DIM;
-        const int d = i % HEAD_DIM;
-        float big_m = da_neg_inf();
-#pragma unroll
-        for (int w = 0; w < G::WARPS; ++w) big_m = fmaxf(big_m, warp_m[w][h]);
-        float big_l = 0.f, a = 0.f;
-        if (big_m != da_neg_inf()) {
-#pragma unroll
-            for (int w = 0; w < G::WARPS; ++w) {
-                const float scale = da_exp2(warp_m[w][h] - big_m);
-                big_l = fmaf(warp_l[w][h], scale, big_l);
-                a = fmaf(warp_acc[w][h][d], scale, a);
-            }
-        }
-        const long long q_head = (long long)b * p.num_q_heads + head0 + h;
-        if (unsplit) {
-            const float value = bad ? da_nan() : big_l == 0.f ? 0.f : a / big_l;
-            Elem<T>::store(p.out, q_head * HEAD_DIM + d, value);
-        } else {
-            const long long row_index = q_head * p.num_splits + split;
-            p.partial_acc[row_index * HEAD_DIM + d] = bad ? da_nan() : a;
-            if (d == 0) {
-                // A bad sequence poisons its rows: l = NaN makes the reducer's sum NaN.
-                p.partial_ml[2 * row_index] = bad ? 0.f : big_m;
-                p.partial_ml[2 * row_index + 1] = bad ? da_nan() : big_l;
-            }
-        }
-    }
+    store_cta_state<T, HEAD_DIM, G::WARPS>(p, &warp_m[0][0], &warp_l[0][0], &warp_acc[0][0][0], HEADS, num_heads, b,
+                                           head0, split, bad);
 }
 
 // The split reducer: one CTA per (sequence, query head) merges the rows of the
 // active splits with one division; no active split (s = 0) gives zeros. The
-// splits' weights are computed in parallel, one thread per row, so a reduce
-// over hundreds of splits costs a few dependent loads, not hundreds.
+// splits' weights are computed in parallel, one thread per row, and the rows
+// are summed by several split lanes at once (see the body), so a reduce over
+// hundreds of splits costs a few rounds of loads, not hundreds.
 DA_DEVICE float da_block_max(float v, float* scratch) {
 #pragma unroll
     for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) v = fmaxf(v, da_shfl_xor(v, o));
@@ -375,8 +387,15 @@ DA_DEVICE float da_block_sum(float v, float* scratch) {
 
 template <typename T, int HEAD_DIM>
 DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
+    // Thread (split lane, column group): 4 head dims of the rows j = split
+    // lane (mod SPLIT_LANES), so a reduce over hundreds of splits keeps
+    // SPLIT_LANES * UNROLL rows in flight instead of walking them one by one.
+    constexpr int ROW_VECS = HEAD_DIM / 4;  // float4 per partial row
+    constexpr int SPLIT_LANES = DECODE_THREADS / ROW_VECS > 0 ? DECODE_THREADS / ROW_VECS : 1;
+    static_assert(HEAD_DIM % 4 == 0, "rows are whole float4");
     __shared__ float weight[DECODE_MAX_SPLITS];
     __shared__ float scratch[DECODE_THREADS / DA_WARP_SIZE];
+    __shared__ __align__(16) float lane_sum[SPLIT_LANES][HEAD_DIM];
     const int b = blockIdx.x;
     const int head = blockIdx.y;
     const long long q_head = (long long)b * p.num_q_heads + head;
@@ -397,11 +416,30 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
         big_l += ml[2 * j + 1] * w;
     }
     big_l = da_block_sum(big_l, scratch);  // also orders the weight writes before the reads below
-    const float* acc = p.partial_acc + q_head * p.num_splits * HEAD_DIM;
+    const float4* acc = reinterpret_cast<const float4*>(p.partial_acc + q_head * p.num_splits * HEAD_DIM);
+    const int vec = threadIdx.x % ROW_VECS;
+    const int split_lane = threadIdx.x / ROW_VECS;
+    if (split_lane < SPLIT_LANES) {
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+        for (int j = split_lane; j < active; j += SPLIT_LANES) {
+            const float4 row = acc[(long long)j * ROW_VECS + vec];
+            const float w = weight[j];
+            a.x = fmaf(row.x, w, a.x);
+            a.y = fmaf(row.y, w, a.y);
+            a.z = fmaf(row.z, w, a.z);
+            a.w = fmaf(row.w, w, a.w);
+        }
+        lane_sum[split_lane][4 * vec] = a.x;
+        lane_sum[split_lane][4 * vec + 1] = a.y;
+        lane_sum[split_lane][4 * vec + 2] = a.z;
+        lane_sum[split_lane][4 * vec + 3] = a.w;
+    }
+    __syncthreads();
     for (int d = threadIdx.x; d < HEAD_DIM; d += DECODE_THREADS) {
         float a = 0.f;
-#pragma unroll 8
-        for (int j = 0; j < active; ++j) a = fmaf(acc[(long long)j * HEAD_DIM + d], weight[j], a);
+#pragma unroll
+        for (int lane = 0; lane < SPLIT_LANES; ++lane) a += lane_sum[lane][d];
         // `== 0` and not `> 0`: a NaN sum (a poisoned row) must stay NaN.
         Elem<T>::store(p.out, q_head * HEAD_DIM + d, big_l == 0.f ? 0.f : a / big_l);
     }

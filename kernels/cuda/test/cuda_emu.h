@@ -108,7 +108,7 @@ inline ucontext_t sched;
 inline dim3 block_idx, grid_dim, block_dim;
 inline float shfl_buf[kMaxThreads];
 // The dynamic shared memory of a launch (see the top).
-constexpr size_t kDynamicSharedBytes = 65536;
+constexpr size_t kDynamicSharedBytes = 98304;  // the larger ring: decode_mma.cuh's
 alignas(16) inline unsigned char dynamic_smem[kDynamicSharedBytes];
 inline void (*entry)(const void*) = nullptr;
 inline const void* entry_arg = nullptr;

@@ -24,6 +24,7 @@
 // staged kernel.
 #ifdef DA_EMULATE
 #include "cuda_emu.h"
+#include "mma_emu.h"
 #define DA_LAUNCH(kernel, grid, threads, stream, params) emu_launch(kernel, grid, threads, params)
 #define DA_LAUNCH_DYN(kernel, grid, threads, smem, stream, params)                            \
     do {                                                                                      \
@@ -46,7 +47,8 @@
 #include "../decode.cu"
 #include "host_convert.h"
 #ifdef DA_EMULATE
-static_assert(emu::kDynamicSharedBytes == DECODE_STREAM_RING_BYTES, "cuda_emu.h's dynamic shared memory is the stream kernel's ring");
+static_assert(emu::kDynamicSharedBytes >= DECODE_STREAM_RING_BYTES && emu::kDynamicSharedBytes >= DECODE_MMA_RING_BYTES,
+              "cuda_emu.h's dynamic shared memory holds either kernel's ring");
 #endif
 
 #include <algorithm>
@@ -101,6 +103,26 @@ static StreamKerns find_stream_kernels(int dt, int d) {
     for (auto& k : stream_kernels)
         if (k.dt == dt && k.d == d) return k;
     fprintf(stderr, "no stream kernel %d %d\n", dt, d);
+    exit(2);
+}
+// The tensor-core kernel (f16/bf16, d <= 128); its splits use the stream reducer.
+typedef void (*MmaKern)(const DecodeParams);
+struct MmaKerns {
+    int dt, d;
+    MmaKern kernel;
+};
+#define MK(TN, DTV, D) {DTV, D, decode_mma_##TN##_d##D}
+#define MK_ALL(TN, DTV) MK(TN, DTV, 64), MK(TN, DTV, 80), MK(TN, DTV, 96), MK(TN, DTV, 112), MK(TN, DTV, 120), MK(TN, DTV, 128)
+static MmaKerns mma_kernels[] = {MK_ALL(f16, F16), MK_ALL(bf16, BF16)};
+static bool has_mma_kernel(int dt, int d) {
+    for (auto& k : mma_kernels)
+        if (k.dt == dt && k.d == d) return true;
+    return false;
+}
+static MmaKern find_mma_kernel(int dt, int d) {
+    for (auto& k : mma_kernels)
+        if (k.dt == dt && k.d == d) return k.kernel;
+    fprintf(stderr, "no mma kernel %d %d\n", dt, d);
     exit(2);
 }
 // lib.rs stream_heads_per_cta, then .min(max_heads_per_cta).
@@ -169,8 +191,8 @@ struct Case {
     int heads_cap = 8;  // the stream kernel's query heads per CTA, at most (DECODE_ATTN_CUDA_HEADS_PER_CTA)
 };
 
-enum Kernel { STAGED = 0, STREAM = 1 };
-static const char* kernel_name[] = {"staged", "stream"};
+enum Kernel { STAGED = 0, STREAM = 1, MMA = 2 };
+static const char* kernel_name[] = {"staged", "stream", "mma"};
 
 template <typename T>
 static T* dalloc(size_t n) {
@@ -326,6 +348,14 @@ static void release(DeviceProblem& D) {
 }
 
 static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, int kernel = STAGED) {
+    if (kernel == MMA) {
+        const StreamKerns sk = find_stream_kernels(P.c.dt, P.c.d);
+        const int head_groups = (P.c.g + DECODE_MMA_HEADS - 1) / DECODE_MMA_HEADS;
+        DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d), dim3(P.B, P.c.hkv * head_groups, P.c.num_splits), DECODE_THREADS,
+                      DECODE_MMA_RING_BYTES, s, p);
+        if (P.c.num_splits > 1) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_THREADS, s, p);
+        return;
+    }
     if (kernel == STREAM) {
         const StreamKerns sk = find_stream_kernels(P.c.dt, P.c.d);
         const int heads = stream_heads(P.c.g, P.c.heads_cap);
@@ -381,15 +411,20 @@ static bool reference(const Problem& P, int b, int h, std::vector<double>& o) {
 static int failures = 0, cases_run = 0;
 static int stream_cases = 0, stream_failures = 0;
 static double stream_worst[3] = {0, 0, 0};  // per dtype
+static int mma_cases = 0, mma_failures = 0;
+static double mma_worst[3] = {0, 0, 0};
 
 static void check_one(const Case& c, const char* label, int kernel);
 
 // Every case through both kernels (the staged one only where its group fits
-// one CTA); `kernels` (bit 1 << STAGED, 1 << STREAM) narrows that for the few
+// one CTA); `kernels` (bit 1 << STAGED, 1 << STREAM, 1 << MMA) narrows that for the few
 // cases too slow to emulate twice.
-static void check_case(const Case& c, const char* label, int kernels = 3) {
+static int kernel_filter = 7;  // `decode_test mma`: the tensor-core kernel's cases only
+static void check_case(const Case& c, const char* label, int kernels = 7) {
+    kernels &= kernel_filter;
     if ((kernels >> STAGED & 1) && c.g * c.d <= DECODE_MAX_QK_ELEMS && c.heads_cap == 8) check_one(c, label, STAGED);
     if (kernels >> STREAM & 1) check_one(c, label, STREAM);
+    if ((kernels >> MMA & 1) && c.heads_cap == 8 && has_mma_kernel(c.dt, c.d)) check_one(c, label, MMA);
 }
 
 static void check_one(const Case& c, const char* label, int kernel) {
@@ -445,6 +480,11 @@ static void check_one(const Case& c, const char* label, int kernel) {
         ++stream_cases;
         stream_failures += bad != 0;
         stream_worst[c.dt] = std::max(stream_worst[c.dt], worst);
+    }
+    if (kernel == MMA) {
+        ++mma_cases;
+        mma_failures += bad != 0;
+        mma_worst[c.dt] = std::max(mma_worst[c.dt], worst);
     }
     std::string lens;
     for (size_t i = 0; i < c.lens.size() && i < 6; ++i) lens += std::to_string(c.lens[i]) + ",";
@@ -609,6 +649,10 @@ static double time_case(const Case& c, int reps, double* gbps) {
 
 int main(int argc, char** argv) {
     bool quick = argc > 1 && std::string(argv[1]) == "quick";
+    if (argc > 1 && std::string(argv[1]) == "mma") {
+        quick = true;
+        kernel_filter = 1 << MMA;
+    }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
@@ -631,12 +675,12 @@ int main(int argc, char** argv) {
     // it costs about 5 times as much.)
     check_case({BF16, 128, 8, 4, 0, 16, {2560, 17, 0, 5000}, 16, 1, {}}, "vllm-like 16 splits", 1 << STAGED);
     check_case({BF16, 128, 8, 4, 0, 64, {2560, 17, 0, 5000}, 8, 4, {}}, "sglang-like min tiles", 1 << STAGED);
-    check_case({BF16, 128, 2, 4, 0, 16, {2560, 17, 0, 5000}, 16, 1, {}}, "vllm-like 16 splits", 1 << STREAM);
-    check_case({BF16, 128, 2, 4, 0, 64, {2560, 17, 0, 5000}, 8, 4, {}}, "sglang-like min tiles", 1 << STREAM);
+    check_case({BF16, 128, 2, 4, 0, 16, {2560, 17, 0, 5000}, 16, 1, {}}, "vllm-like 16 splits", 1 << STREAM | 1 << MMA);
+    check_case({BF16, 128, 2, 4, 0, 64, {2560, 17, 0, 5000}, 8, 4, {}}, "sglang-like min tiles", 1 << STREAM | 1 << MMA);
     check_case({BF16, 128, 4, 8, 1, 16, {17}, 3, 1, {}}, "desk-check case (g=8 here)");
     check_case({BF16, 64, 1, 4, 0, 16, {17}, 3, 1, {}}, "desk-check case g=4 d=64 s=17 splits=3");
     check_case({F16, 128, 2, 6, 1, 16, {40000, 3}, 64, 1, {}}, "long, 64 splits", 1 << STAGED);
-    check_case({F16, 128, 2, 6, 1, 16, {8000, 3}, 64, 1, {}}, "long, 64 splits", 1 << STREAM);
+    check_case({F16, 128, 2, 6, 1, 16, {8000, 3}, 64, 1, {}}, "long, 64 splits", 1 << STREAM | 1 << MMA);
     check_case({F32, 96, 2, 5, 0, 32, {0, 0, 0}, 5, 1, {}}, "all empty, split");
     check_case({F32, 96, 2, 5, 0, 32, {0, 0, 0}, 1, 1, {}}, "all empty, unsplit");
     check_case({BF16, 256, 2, 16, 0, 16, {1000, 333}, 1, 1, {}}, "d256 g16");
@@ -692,6 +736,8 @@ int main(int argc, char** argv) {
     }
     printf("stream kernel: %d cases, %d failed; max|err| f32 %.2e f16 %.2e bf16 %.2e\n", stream_cases,
            stream_failures, stream_worst[F32], stream_worst[F16], stream_worst[BF16]);
+    printf("mma kernel: %d cases, %d failed; max|err| f16 %.2e bf16 %.2e\n", mma_cases, mma_failures, mma_worst[F16],
+           mma_worst[BF16]);
     printf("%d passed, %d failed\n", cases_run - failures, failures);
     if (quick || failures) return failures ? 1 : 0;
 #ifdef DA_EMULATE

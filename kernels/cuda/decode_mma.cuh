@@ -1,0 +1,335 @@
+// decode_mma.cuh: the tensor-core decode kernel (f16 and bf16, head_dim <= 128),
+// the CUDA backend's default for those shapes.
+//
+// Included by decode.cu after its portable layer, element types, sequence
+// guards and split rule. Launch: grid (num_seqs, num_kv_heads * head_groups,
+// num_splits), DECODE_THREADS threads, DECODE_MMA_RING_BYTES of dynamic shared
+// memory, head_groups = ceil(g / 16): one CTA serves up to 16 query heads of
+// one KV head, so for g <= 16 each K and V byte is read from HBM exactly once.
+// The partial-state layout is the stream kernel's: decode_stream_reduce_*
+// merges the splits.
+//
+// Why tensor cores for decode: with g query heads per KV head, the CUDA-core
+// kernels spend 2g + 1 instructions per KV element (conversion, g FMAs for
+// QK, g for PV) and the profiler showed them issue-bound at about half of
+// HBM bandwidth. Here a warp takes one 16-token tile at a time and does
+//   S[16 heads, 16 tokens] = Q[16, D] K^T[D, 16]   as 2 * D/16 mma.m16n8k16
+//   O[16 heads, D]        += P[16, 16] V[16, D]     as D/8 mma.m16n8k16
+// (rows past the group are zeros and cost nothing extra), about a tenth of
+// the instructions per byte.
+//
+// Layout trick: no ldmatrix, no transposes through shared memory. The
+// contraction index of each mma may be permuted freely as long as both
+// operands agree, and the output columns may be relabelled, so every lane
+// loads whole 16-byte chunks that it alone reads back (conflict-free, no
+// barrier on the ring):
+//  * QK: lane (gid = lane / 4, tig = lane % 4) loads the K rows of tokens gid
+//    and gid + 8, chunks tig + 4c; k-step kk takes chunk kk / 2, registers
+//    (x, y) or (z, w) as the B fragment; Q's A fragment (heads gid, gid + 8)
+//    is read with the same chunk mapping.
+//  * The S accumulator fragment of the two token halves is, element for
+//    element, the A fragment of P for PV (as in FlashAttention-2).
+//  * PV: lane loads the V rows of tokens 2tig, 2tig + 1, 2tig + 8, 2tig + 9,
+//    chunks gid + 8c; element 2r + e of chunk c is n-tile 8c + 2r + e, and
+//    the B fragment pairs two tokens' values of one column with a byte
+//    permute. Output column n of n-tile (c, r, e) is head dim
+//    (n + 8c) * 8 + 2r + e.
+// Head dims that are not multiples of 32 (K) or 64 (V) are padded with
+// zero-filled chunks (cp.async with src-size 0 reads nothing).
+#pragma once
+
+#ifndef DA_PORTABLE_LAYER
+// D += A B for one m16n8k16 tile, f32 accumulate (PTX fragment layouts).
+DA_DEVICE void da_mma_bf16_m16n8k16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+DA_DEVICE void da_mma_f16_m16n8k16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+DA_DEVICE unsigned da_byte_perm(unsigned x, unsigned y, unsigned selector) { return __byte_perm(x, y, selector); }
+DA_DEVICE bool da_warp_any(bool predicate) { return __any_sync(0xffffffffu, predicate); }
+#endif
+
+#define DECODE_MMA_RING_BYTES 98304
+#define DECODE_MMA_HEADS 16       // query heads per CTA: the mma's M
+#define DECODE_MMA_MAX_HEAD_DIM 128
+
+template <typename T>
+struct MmaElem;
+template <>
+struct MmaElem<da_bf16> {
+    DA_DEVICE static void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+        da_mma_bf16_m16n8k16(d, a, b0, b1);
+    }
+    DA_DEVICE static unsigned pack(float lo, float hi) { return da_f32x2_to_bf16x2(lo, hi); }
+};
+template <>
+struct MmaElem<da_f16> {
+    DA_DEVICE static void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+        da_mma_f16_m16n8k16(d, a, b0, b1);
+    }
+    DA_DEVICE static unsigned pack(float lo, float hi) { return da_f32x2_to_f16x2(lo, hi); }
+};
+
+template <int HEAD_DIM>
+struct MmaGeometry {
+    static constexpr int WARPS = DECODE_THREADS / DA_WARP_SIZE;
+    static constexpr int ROW_CHUNKS = HEAD_DIM * 2 / 16;       // 16-byte chunks of one K or V row
+    static constexpr int K_CHUNKS = da_cdiv(ROW_CHUNKS, 4);    // per lane and K row: chunks tig + 4c
+    static constexpr int K_STEPS = 2 * K_CHUNKS;               // k16 steps of QK
+    static constexpr int V_CHUNKS = da_cdiv(ROW_CHUNKS, 8);    // per lane and V row: chunks gid + 8c
+    static constexpr int N_TILES = 8 * V_CHUNKS;               // n8 tiles of PV
+    static constexpr int LANE_CHUNKS = 2 * K_CHUNKS + 4 * V_CHUNKS;  // per lane and tile
+    static constexpr int TILE_BYTES = LANE_CHUNKS * DA_WARP_SIZE * 16;  // per warp and tile (K and V)
+    // Tiles each warp keeps in the ring: STAGES - 1 in flight while one is consumed.
+    static constexpr int STAGES_FIT = DECODE_MMA_RING_BYTES / (WARPS * TILE_BYTES);
+    static constexpr int STAGES = STAGES_FIT > 6 ? 6 : STAGES_FIT;
+    // The warps' (m, l, acc) go through the same shared memory at the end.
+    static constexpr int MERGE_FLOATS = WARPS * DECODE_MMA_HEADS * (HEAD_DIM + 2);
+    static_assert(HEAD_DIM <= DECODE_MMA_MAX_HEAD_DIM && HEAD_DIM % 8 == 0, "rows are whole chunks");
+    static_assert(STAGES >= 3, "at least two tiles in flight per warp");
+    static_assert(MERGE_FLOATS * 4 <= DECODE_MMA_RING_BYTES, "the merge reuses the ring");
+};
+
+template <typename T, int HEAD_DIM>
+DA_DEVICE void decode_mma_body(const DecodeParams& p) {
+    using G = MmaGeometry<HEAD_DIM>;
+    using M = MmaElem<T>;
+    constexpr int HEADS = DECODE_MMA_HEADS;
+    constexpr int TILE = DECODE_TILE_TOKENS;
+    static_assert(TILE == 16, "one tile is the mma's k16 of PV");
+
+    const int b = blockIdx.x;
+    const int group = p.num_q_heads / p.num_kv_heads;
+    const int head_groups = da_cdiv(group, HEADS);
+    const int kv_head = blockIdx.y / head_groups;
+    const int head0 = kv_head * group + (blockIdx.y % head_groups) * HEADS;  // first query head of this CTA
+    const int num_heads = da_min(HEADS, kv_head * group + group - head0);
+    const int split = blockIdx.z;
+    const int warp = threadIdx.x / DA_WARP_SIZE;
+    const int lane = threadIdx.x % DA_WARP_SIZE;
+    const int gid = lane / 4;  // the mma's groupID: rows of A and C, column of B
+    const int tig = lane % 4;  // thread in group
+
+    const SeqInfo seq = seq_info(p, b);
+    const int len = seq.ok ? seq.len : 0;
+    const SeqSplit cut = split_rule(p, len);
+    const bool unsplit = p.num_splits == 1;
+    // Surplus splits exit at once; the unsplit CTA always writes (zeros for s = 0, NaN for a bad sequence).
+    if (!unsplit && (unsigned long long)split >= cut.active_splits) return;
+    const long long start = (long long)split * (long long)cut.tiles_per_split * TILE;
+    const long long end = da_min_ll(len, start + (long long)cut.tiles_per_split * TILE);
+
+    // Q of heads gid and gid + 8 (zeros past the group), this lane's K chunks.
+    uint4 q_lo[G::K_CHUNKS], q_hi[G::K_CHUNKS];
+#pragma unroll
+    for (int c = 0; c < G::K_CHUNKS; ++c) {
+        const int chunk = tig + 4 * c;
+        const char* q_row = reinterpret_cast<const char*>(p.q) +
+                            ((long long)b * p.num_q_heads + head0 + gid) * HEAD_DIM * 2 + chunk * 16;
+        const bool in_row = chunk < G::ROW_CHUNKS;
+        q_lo[c] = in_row && gid < num_heads ? da_ldg16(q_row) : make_uint4(0, 0, 0, 0);
+        q_hi[c] = in_row && gid + 8 < num_heads ? da_ldg16(q_row + 8 * HEAD_DIM * 2) : make_uint4(0, 0, 0, 0);
+    }
+
+    float o[G::N_TILES][4];
+#pragma unroll
+    for (int nt = 0; nt < G::N_TILES; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[nt][i] = 0.f;
+    float m[2] = {da_neg_inf(), da_neg_inf()};  // rows gid and gid + 8, log2 units
+    float l[2] = {0.f, 0.f};                    // this lane's share of the row sums
+
+    const long long slot_bytes = (long long)p.num_kv_heads * HEAD_DIM * 2;
+    const char* k_base = reinterpret_cast<const char*>(p.k_cache) + (long long)kv_head * HEAD_DIM * 2;
+    const char* v_base = reinterpret_cast<const char*>(p.v_cache) + (long long)kv_head * HEAD_DIM * 2;
+    const int* index = index_row(p, b, seq);
+    int bad = seq.ok ? 0 : 1;
+    const bool block_table = p.layout == DECODE_LAYOUT_BLOCK_TABLE;
+
+    // Byte offsets of this lane's tokens of the tile starting at `first`
+    // (-1: past the end, or a bad slot): K rows gid, gid + 8; V rows 2tig,
+    // 2tig + 1, 2tig + 8, 2tig + 9. A tile lies inside one kernel block
+    // (a multiple of 16 tokens), so a block table costs one entry per tile.
+    struct Offsets {
+        long long k[2], v[4];
+    };
+    auto locate = [&](long long first) {
+        const int block = block_table && first < end ? load_raw_index(p, index, (int)first) : 0;
+        auto offset_of = [&](long long t) -> long long {
+            if (t >= end) return -1;
+            const int raw = block_table ? block : load_raw_index(p, index, (int)t);
+            return resolve_offset(p, raw, (int)t, slot_bytes, &bad);
+        };
+        Offsets at;
+        at.k[0] = offset_of(first + gid);
+        at.k[1] = offset_of(first + gid + 8);
+#pragma unroll
+        for (int ti = 0; ti < 4; ++ti) at.v[ti] = offset_of(first + 2 * tig + (ti & 1) + 8 * (ti >> 1));
+        return at;
+    };
+
+    DA_DYNAMIC_SHARED(mma_ring);
+    uint4* ring = reinterpret_cast<uint4*>(mma_ring) + warp * G::STAGES * G::LANE_CHUNKS * DA_WARP_SIZE;
+    // Slot order per stage: K [row half][chunk], then V [token][chunk].
+    auto ring_chunk = [&](int stage, int slot) { return ring + (stage * G::LANE_CHUNKS + slot) * DA_WARP_SIZE + lane; };
+    auto issue = [&](const Offsets& at, int stage) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int c = 0; c < G::K_CHUNKS; ++c) {
+                const int chunk = tig + 4 * c;
+                const bool live = at.k[j] >= 0 && chunk < G::ROW_CHUNKS;
+                da_cp_async16(ring_chunk(stage, j * G::K_CHUNKS + c), k_base + (live ? at.k[j] + chunk * 16 : 0),
+                              live ? 16 : 0);
+            }
+#pragma unroll
+        for (int ti = 0; ti < 4; ++ti)
+#pragma unroll
+            for (int c = 0; c < G::V_CHUNKS; ++c) {
+                const int chunk = gid + 8 * c;
+                const bool live = at.v[ti] >= 0 && chunk < G::ROW_CHUNKS;
+                da_cp_async16(ring_chunk(stage, 2 * G::K_CHUNKS + ti * G::V_CHUNKS + c),
+                              v_base + (live ? at.v[ti] + chunk * 16 : 0), live ? 16 : 0);
+            }
+        da_cp_async_commit();
+    };
+
+    // One tile's math: tokens first .. first + 15 from `stage`.
+    auto consume = [&](int stage, long long first) {
+        // s[j]: S for heads (gid, gid + 8) x tokens 8j + 2tig + (0, 1).
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int c = 0; c < G::K_CHUNKS; ++c) {
+            const unsigned a_even[4] = {q_lo[c].x, q_hi[c].x, q_lo[c].y, q_hi[c].y};
+            const unsigned a_odd[4] = {q_lo[c].z, q_hi[c].z, q_lo[c].w, q_hi[c].w};
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const uint4 k = *ring_chunk(stage, j * G::K_CHUNKS + c);
+                M::mma(s[j], a_even, k.x, k.y);
+                M::mma(s[j], a_odd, k.z, k.w);
+            }
+        }
+        // Log2 units, tokens past the end masked; the tile's max per row.
+        float tile_max[2] = {da_neg_inf(), da_neg_inf()};
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const bool live = first + 8 * j + 2 * tig + (i & 1) < end;
+                s[j][i] = live ? s[j][i] * p.scale_log2 : da_neg_inf();
+                tile_max[i >> 1] = fmaxf(tile_max[i >> 1], s[j][i]);
+            }
+        float m_new[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            tile_max[r] = fmaxf(tile_max[r], da_shfl_xor(tile_max[r], 1));
+            tile_max[r] = fmaxf(tile_max[r], da_shfl_xor(tile_max[r], 2));
+            m_new[r] = fmaxf(m[r], tile_max[r]);
+        }
+        // Rescale only when some row's max moved (warp-uniform branch; on the
+        // first tile m = -inf, alpha = 0, and o and l are still zero).
+        if (da_warp_any(m_new[0] != m[0] || m_new[1] != m[1])) {
+            const float alpha[2] = {da_exp2(m[0] - m_new[0]), da_exp2(m[1] - m_new[1])};
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                l[r] *= alpha[r];
+                m[r] = m_new[r];
+            }
+#pragma unroll
+            for (int nt = 0; nt < G::N_TILES; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) o[nt][i] *= alpha[i >> 1];
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                s[j][i] = da_exp2(s[j][i] - m[i >> 1]);  // p; 0 for tokens past the end
+                l[i >> 1] += s[j][i];
+            }
+        // P as the A fragment: k positions 0-7 are tokens 0-7 (s[0]), 8-15 tokens 8-15 (s[1]).
+        const unsigned pa[4] = {M::pack(s[0][0], s[0][1]), M::pack(s[0][2], s[0][3]), M::pack(s[1][0], s[1][1]),
+                                M::pack(s[1][2], s[1][3])};
+#pragma unroll
+        for (int c = 0; c < G::V_CHUNKS; ++c) {
+            uint4 v[4];
+#pragma unroll
+            for (int ti = 0; ti < 4; ++ti) v[ti] = *ring_chunk(stage, 2 * G::K_CHUNKS + ti * G::V_CHUNKS + c);
+            const unsigned lo_t[4][4] = {{v[0].x, v[0].y, v[0].z, v[0].w},
+                                         {v[1].x, v[1].y, v[1].z, v[1].w},
+                                         {v[2].x, v[2].y, v[2].z, v[2].w},
+                                         {v[3].x, v[3].y, v[3].z, v[3].w}};
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    // Element 2r + e of tokens (2tig, 2tig + 1) and (2tig + 8, 2tig + 9).
+                    const unsigned selector = e ? 0x7632u : 0x5410u;
+                    const unsigned b0 = da_byte_perm(lo_t[0][r], lo_t[1][r], selector);
+                    const unsigned b1 = da_byte_perm(lo_t[2][r], lo_t[3][r], selector);
+                    M::mma(o[8 * c + 2 * r + e], pa, b0, b1);
+                }
+        }
+    };
+
+    // Pipeline over the warp's tiles (stride `step`), as in the stream kernel.
+    const long long step = (long long)G::WARPS * TILE;
+    const long long first = start + (long long)warp * TILE;
+#pragma unroll
+    for (int stage = 0; stage < G::STAGES - 1; ++stage) issue(locate(first + stage * step), stage);
+    Offsets next = locate(first + (G::STAGES - 1) * step);
+    int stage = 0;
+    for (long long it = first; it < end; it += step) {
+        da_cp_async_wait<G::STAGES - 2>();  // this tile's group has landed
+        // Refill the slot consumed last iteration (by this same lane, whose
+        // reads of it completed before the math that used them).
+        issue(next, stage == 0 ? G::STAGES - 1 : stage - 1);
+        next = locate(it + G::STAGES * step);
+        consume(stage, it);
+        stage = stage + 1 == G::STAGES ? 0 : stage + 1;
+    }
+    da_cp_async_wait<0>();
+
+    // Row sums over the four lanes of a row (m is already row-wide).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] += da_shfl_xor(l[r], 1);
+        l[r] += da_shfl_xor(l[r], 2);
+    }
+    bad = da_syncthreads_or(bad);  // also: every warp is done with the ring
+
+    float* warp_acc = reinterpret_cast<float*>(mma_ring);              // [WARPS][HEADS][HEAD_DIM]
+    float* warp_m = warp_acc + G::WARPS * HEADS * HEAD_DIM;            // [WARPS][HEADS]
+    float* warp_l = warp_m + G::WARPS * HEADS;                         // [WARPS][HEADS]
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int h = gid + 8 * r;
+        if (h >= num_heads) continue;
+        if (tig == 0) {
+            warp_m[warp * HEADS + h] = m[r];
+            warp_l[warp * HEADS + h] = l[r];
+        }
+#pragma unroll
+        for (int nt = 0; nt < G::N_TILES; ++nt)
+#pragma unroll
+            for (int e2 = 0; e2 < 2; ++e2) {
+                // n-tile nt = 8c + 2r' + e, column n = 2tig + e2: head dim (n + 8c) * 8 + 2r' + e.
+                const int d = (2 * tig + e2 + 8 * (nt / 8)) * 8 + (nt % 8);
+                if (d < HEAD_DIM) warp_acc[(warp * HEADS + h) * HEAD_DIM + d] = o[nt][2 * r + e2];
+            }
+    }
+    __syncthreads();
+    store_cta_state<T, HEAD_DIM, G::WARPS>(p, warp_m, warp_l, warp_acc, HEADS, num_heads, b, head0, split, bad);
+}
+
+#define DA_MMA_ENTRY(T, TNAME, D)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_mma_##TNAME##_d##D(const DecodeParams p) { \
+        decode_mma_body<T, D>(p);                                                                                  \
+    }
