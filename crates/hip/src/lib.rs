@@ -1,58 +1,317 @@
-//! ROCm/HIP backend: the HIP runtime (`libamdhip64`) is loaded at run time, so
-//! a binary built with this crate starts on machines with no ROCm at all.
+//! ROCm/HIP backend of decode-attn.
 //!
-//! Status: [`runtime`] loads libamdhip64 and enumerates devices; the kernels
-//! and launch path arrive with the kv-head-grid partitioned kernel (see
-//! docs/ARCHITECTURE.md). Until then every constructor returns
-//! [`Error::Unavailable`] with the reason, never a panic.
+//! * The HIP runtime (`libamdhip64`) and hiprtc are loaded at run time with
+//!   dlopen, so a binary built with this crate starts on machines with no
+//!   ROCm at all, and [`device_count`] / [`HipBackend::new`] say why there is
+//!   no device instead of panicking. Nothing links to ROCm at build time.
+//! * Kernels (kernels/hip, the kv-head-grid partitioned kernel): the code
+//!   object compiled at build time for the device's architecture (gfx90a,
+//!   gfx942) when build.rs found a compiler; otherwise, or for any other
+//!   architecture, the embedded source compiled by hiprtc at first use for
+//!   the device's exact `gcnArchName` and cached on disk.
+//!
+//! Layering follows cudarc: [`sys`] holds the raw C signatures, [`runtime`]
+//! and [`hiprtc`] the checked calls (every failure an [`Error`] naming the
+//! call and HIP's own error text), [`device`] the owning safe types, and this
+//! file the backend on top.
+
+pub mod device;
+pub mod hiprtc;
+pub mod kernels;
+mod params;
+pub mod runtime;
+pub mod sys;
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use decode_attn_core::{
-    DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, MergeArgs, Result,
+    DType, DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, KvIndexBuffers, KvLayout,
+    MergeArgs, Plan, Result,
 };
 
-mod runtime;
-
-pub use runtime::{Runtime, RUNTIME_CANDIDATES};
+use device::{Context, DeviceMemory, Event, Function, Module, Stream};
+pub use hiprtc::{default_cache_dir, Hiprtc, HIPRTC_CANDIDATES};
+use params::{DecodeParams, LAYOUT_BLOCK_TABLE, LAYOUT_TOKEN_INDICES};
+pub use runtime::{DeviceInfo, Runtime, RUNTIME_CANDIDATES};
 
 const BACKEND: &str = "hip";
 
-/// Number of HIP devices, or why there are none to use: no runtime library,
-/// a runtime that finds no device (`hipErrorNoDevice`), or devices this build
-/// has no kernels for.
+/// Query heads per KV head the kernel's switch covers (its GQA template
+/// parameter runs 1..=16).
+pub const MAX_GROUP_SIZE: usize = 16;
+
+/// Where kernels come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelSource {
+    /// The embedded code object for the device when there is one and it
+    /// loads, else hiprtc.
+    #[default]
+    Auto,
+    /// Only a code object embedded at build time.
+    Embedded,
+    /// Always hiprtc (with the disk cache).
+    Hiprtc,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct HipOptions {
+    pub kernels: KernelSource,
+    /// Cache for hiprtc output; `None` compiles in every process.
+    pub cache_dir: Option<PathBuf>,
+    /// Libraries tried for hiprtc, in order, before the runtime's own
+    /// library; `None` means [`HIPRTC_CANDIDATES`].
+    pub hiprtc_candidates: Option<Vec<PathBuf>>,
+}
+
+impl HipOptions {
+    /// Documented entry point that reads the environment:
+    /// `DECODE_ATTN_HIP_KERNELS=auto|embedded|hiprtc` and the cache folder of
+    /// [`default_cache_dir`].
+    pub fn from_env() -> Result<Self> {
+        let kernels = match std::env::var("DECODE_ATTN_HIP_KERNELS").ok().as_deref() {
+            None | Some("") | Some("auto") => KernelSource::Auto,
+            Some("embedded") => KernelSource::Embedded,
+            Some("hiprtc") => KernelSource::Hiprtc,
+            Some(other) => {
+                return Err(Error::Unsupported {
+                    backend: BACKEND,
+                    what: format!("DECODE_ATTN_HIP_KERNELS={other:?} (expected auto, embedded or hiprtc)"),
+                })
+            }
+        };
+        Ok(HipOptions { kernels, cache_dir: default_cache_dir(), hiprtc_candidates: None })
+    }
+}
+
+/// Whether this build embeds code objects compiled at build time, and for which architectures.
+pub fn embedded_architectures() -> Vec<&'static str> {
+    kernels::code_objects().iter().map(|(arch, _)| *arch).collect()
+}
+
+/// Number of HIP devices, or why there are none: no runtime library, a
+/// runtime older than ROCm 5, or a runtime that finds no device
+/// (`hipErrorNoDevice`), as an [`Error::Unavailable`] value.
 pub fn device_count() -> Result<usize> {
-    let runtime = Runtime::load()?;
+    device_count_with(&Runtime::load()?)
+}
+
+fn device_count_with(runtime: &Runtime) -> Result<usize> {
     let count = runtime.device_count()?;
     if count == 0 {
         return Err(Error::Unavailable { backend: BACKEND, reason: format!("{} reports no device", runtime.library) });
     }
-    let name = runtime.device_name(0).unwrap_or_else(|err| err.to_string());
-    Err(Error::Unavailable {
-        backend: BACKEND,
-        reason: format!("{count} device(s) ({name}, ...) found, but this build has no HIP kernels yet"),
-    })
+    runtime.check_supported_version()?;
+    Ok(count)
 }
 
-/// A HIP device. Not constructible until the HIP kernels land.
-pub struct HipBackend {
-    props: DeviceProps,
-}
-
-/// Device memory on a HIP device.
+/// Device memory on a HIP device. Zero-length buffers hold no allocation.
 pub struct HipBuffer {
-    len: usize,
+    memory: Option<DeviceMemory>,
 }
 
 impl DeviceBuffer for HipBuffer {
     fn len_bytes(&self) -> usize {
-        self.len
+        self.memory.as_ref().map_or(0, DeviceMemory::len)
     }
 }
 
+/// One HIP device with the decode kernels loaded, working on one stream.
+pub struct HipBackend {
+    // Dropped in this order: kernel handles, then the module they belong to,
+    // then the stream, then (when the last buffer is gone) the runtime.
+    functions: Mutex<HashMap<String, Function>>,
+    module: Module,
+    stream: Stream,
+    ctx: Arc<Context>,
+    info: DeviceInfo,
+    props: DeviceProps,
+    kernel_origin: String,
+}
+
 impl HipBackend {
-    pub fn new(_ordinal: usize) -> Result<Self> {
-        device_count()?;
-        Err(Error::Unavailable { backend: BACKEND, reason: "no HIP kernels in this build".into() })
+    /// Opens device `ordinal` with default options (no hiprtc cache).
+    pub fn new(ordinal: usize) -> Result<Self> {
+        Self::with_options(ordinal, HipOptions::default())
     }
+
+    pub fn with_options(ordinal: usize, options: HipOptions) -> Result<Self> {
+        Self::open(Runtime::load()?, ordinal, &options)
+    }
+
+    /// Opens device `ordinal` of an already loaded runtime (tests load one
+    /// from a path of their choosing).
+    pub fn open(runtime: Runtime, ordinal: usize, options: &HipOptions) -> Result<Self> {
+        let count = device_count_with(&runtime)?;
+        if ordinal >= count {
+            return Err(Error::Unavailable {
+                backend: BACKEND,
+                reason: format!("device {ordinal} requested but only {count} present"),
+            });
+        }
+        runtime.set_device(ordinal)?;
+        let info = DeviceInfo::query(&runtime, ordinal)?;
+        let ctx = Arc::new(Context { runtime, ordinal });
+        let stream = Stream::new(&ctx)?;
+        let (module, kernel_origin) = load_module(&ctx, &info, options)?;
+        let peak = info.peak_bandwidth_gbps();
+        let mut backend = HipBackend {
+            props: DeviceProps {
+                name: format!("{} ({})", info.name, info.arch_name),
+                num_sms: info.compute_units.max(1),
+                ctas_per_sm: 2,
+                // Streaming reaches about 90% of the peak the clocks give.
+                mem_bandwidth_gbps: if peak > 0.0 { 0.9 * peak } else { 1600.0 },
+                // A dependent launch costs more on ROCm than on CUDA.
+                launch_overhead_us: 4.0,
+            },
+            functions: Mutex::new(HashMap::new()),
+            module,
+            stream,
+            ctx,
+            info,
+            kernel_origin,
+        };
+        // The planner's occupancy: Llama-shaped workgroups of the kernel.
+        let probe = backend.function(&kernels::decode_kernel(DType::Bf16, 128))?;
+        // SAFETY: `probe` belongs to the module `backend` holds.
+        if let Some(blocks) = unsafe { backend.ctx.runtime.occupancy(probe.raw(), kernels::THREADS) } {
+            backend.props.ctas_per_sm = blocks;
+        }
+        Ok(backend)
+    }
+
+    /// Where the loaded kernels came from (embedded code object or hiprtc).
+    pub fn kernel_origin(&self) -> &str {
+        &self.kernel_origin
+    }
+
+    /// What the runtime reports about the device.
+    pub fn device_info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn function(&self, name: &str) -> Result<Function> {
+        let mut functions = self.functions.lock().map_err(|_| Error::Device {
+            backend: BACKEND,
+            message: "kernel table lock poisoned by an earlier panic".into(),
+        })?;
+        if let Some(f) = functions.get(name) {
+            return Ok(*f);
+        }
+        self.ctx.activate()?;
+        let f = self.module.function(name).map_err(|e| Error::Device {
+            backend: BACKEND,
+            message: format!("kernel {name} missing from the loaded module ({}): {e}", self.kernel_origin),
+        })?;
+        functions.insert(name.to_string(), f);
+        Ok(f)
+    }
+
+    /// The device address of `buffer` (0 for an empty one), or an error when
+    /// it lives on another device.
+    fn addr(&self, buffer: &HipBuffer, name: &'static str) -> Result<u64> {
+        match &buffer.memory {
+            None => Ok(0),
+            Some(memory) if memory.ordinal() == self.ctx.ordinal => Ok(memory.ptr()),
+            Some(memory) => Err(Error::Device {
+                backend: BACKEND,
+                message: format!(
+                    "buffer `{name}` lives on hip:{} but this backend is hip:{}",
+                    memory.ordinal(),
+                    self.ctx.ordinal
+                ),
+            }),
+        }
+    }
+
+    /// Microseconds the work `enqueue` puts on the stream takes, between two
+    /// device events (waits for it to finish).
+    fn elapsed_us(&self, enqueue: impl FnOnce() -> Result<()>) -> Result<f64> {
+        let start = Event::new(&self.ctx)?;
+        let end = Event::new(&self.ctx)?;
+        start.record(&self.stream)?;
+        enqueue()?;
+        end.record(&self.stream)?;
+        end.synchronize()?;
+        Ok(start.elapsed_ms(&end)? as f64 * 1e3)
+    }
+}
+
+/// Why no embedded code object serves `arch`, for messages.
+fn no_embedded_object(arch: &str) -> String {
+    let archs = embedded_architectures();
+    if archs.is_empty() {
+        format!("this build embeds no HIP code objects ({})", kernels::aot_note())
+    } else {
+        format!("this build embeds code objects for {} only, not {arch}", archs.join(", "))
+    }
+}
+
+fn load_module(ctx: &Arc<Context>, info: &DeviceInfo, options: &HipOptions) -> Result<(Module, String)> {
+    let arch = info.arch_name.as_str();
+    let mut why_hiprtc = no_embedded_object(arch);
+    if options.kernels != KernelSource::Hiprtc {
+        match kernels::select(arch, kernels::code_objects()) {
+            Some((object_arch, bytes)) => match Module::load(ctx, bytes) {
+                Ok(module) => return Ok((module, format!("embedded code object ({object_arch})"))),
+                Err(err) if options.kernels == KernelSource::Embedded => return Err(err),
+                Err(err) => why_hiprtc = format!("the embedded {object_arch} code object was refused: {err}"),
+            },
+            None if options.kernels == KernelSource::Embedded => {
+                return Err(Error::Unavailable { backend: BACKEND, reason: why_hiprtc })
+            }
+            None => {}
+        }
+    } else {
+        why_hiprtc = "hiprtc was asked for".into();
+    }
+    let hiprtc = match &options.hiprtc_candidates {
+        Some(candidates) => {
+            let mut all: Vec<PathBuf> = candidates.clone();
+            all.push(PathBuf::from(&ctx.runtime.library));
+            Hiprtc::load_from(&all)
+        }
+        None => Hiprtc::load(Some(&ctx.runtime.library)),
+    };
+    let code = compile_with(hiprtc, arch, &why_hiprtc, options.cache_dir.as_deref())?;
+    let module = Module::load(ctx, &code.0)?;
+    Ok((module, code.1))
+}
+
+/// Compiles the embedded source with `hiprtc` (or says why it cannot:
+/// `why_hiprtc` is why the embedded code objects did not serve).
+fn compile_with(
+    hiprtc: Result<Hiprtc>,
+    arch: &str,
+    why_hiprtc: &str,
+    cache_dir: Option<&std::path::Path>,
+) -> Result<(Vec<u8>, String)> {
+    let Some((name, text)) = kernels::source() else {
+        return Err(Error::Unavailable {
+            backend: BACKEND,
+            reason: format!("{why_hiprtc}, and it has no HIP kernel source for hiprtc (kernels/hip was empty)"),
+        });
+    };
+    let hiprtc = hiprtc.map_err(|err| {
+        let detail = match err {
+            Error::Unavailable { reason, .. } => reason,
+            other => other.to_string(),
+        };
+        Error::Unavailable {
+            backend: BACKEND,
+            reason: format!(
+                "{why_hiprtc}, and hiprtc cannot compile the source: {detail}. Install ROCm's hiprtc (libhiprtc) or \
+                 rebuild with clang-19 and the ROCm device libraries present"
+            ),
+        }
+    })?;
+    let source = hiprtc::Source { name, text, headers: kernels::headers() };
+    let code = hiprtc.compile(&source, arch, cache_dir)?;
+    let (major, minor) = hiprtc.version();
+    Ok((code, format!("hiprtc {major}.{minor} ({}), {arch}; {why_hiprtc}", hiprtc.library)))
 }
 
 impl DecodeAttention for HipBackend {
@@ -61,61 +320,373 @@ impl DecodeAttention for HipBackend {
     fn name(&self) -> &'static str {
         BACKEND
     }
+
     fn device_props(&self) -> &DeviceProps {
         &self.props
     }
-    fn supports(&self, _problem: &DecodeProblem) -> Result<()> {
-        Err(unavailable())
+
+    fn supports(&self, problem: &DecodeProblem) -> Result<()> {
+        supports(problem)
     }
-    fn alloc(&self, _bytes: usize) -> Result<HipBuffer> {
-        Err(unavailable())
+
+    fn alloc(&self, bytes: usize) -> Result<HipBuffer> {
+        if bytes == 0 {
+            return Ok(HipBuffer { memory: None });
+        }
+        Ok(HipBuffer { memory: Some(DeviceMemory::zeroed(&self.ctx, bytes, &self.stream)?) })
     }
-    fn upload(&self, _dst: &mut HipBuffer, _src: &[u8]) -> Result<()> {
-        Err(unavailable())
+
+    fn upload(&self, dst: &mut HipBuffer, src: &[u8]) -> Result<()> {
+        if dst.len_bytes() != src.len() {
+            return Err(Error::BufferSize { name: "upload destination", expected: src.len(), actual: dst.len_bytes() });
+        }
+        let ptr = self.addr(dst, "upload destination")?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.ctx.activate()?;
+        // SAFETY: `dst` owns exactly `src.len()` bytes at `ptr` (checked above);
+        // the copy is complete when the call returns.
+        unsafe { self.ctx.runtime.memcpy_htod(ptr as *mut c_void, src, self.stream.raw()) }
     }
-    fn download(&self, _src: &HipBuffer, _dst: &mut [u8]) -> Result<()> {
-        Err(unavailable())
+
+    fn download(&self, src: &HipBuffer, dst: &mut [u8]) -> Result<()> {
+        if src.len_bytes() != dst.len() {
+            return Err(Error::BufferSize {
+                name: "download destination",
+                expected: src.len_bytes(),
+                actual: dst.len(),
+            });
+        }
+        let ptr = self.addr(src, "download source")?;
+        self.ctx.activate()?;
+        if !dst.is_empty() {
+            // SAFETY: `src` owns exactly `dst.len()` bytes at `ptr`; the copy
+            // is ordered after earlier work on the stream and complete on return.
+            unsafe { self.ctx.runtime.memcpy_dtoh(dst, ptr as *const c_void, self.stream.raw()) }?;
+        }
+        self.stream.synchronize()
     }
-    fn decode(&self, _plan: &decode_attn_core::Plan, _args: DecodeArgs<'_, HipBuffer>) -> Result<()> {
-        Err(unavailable())
+
+    fn decode(&self, plan: &Plan, args: DecodeArgs<'_, HipBuffer>) -> Result<()> {
+        let problem = &plan.problem;
+        self.supports(problem)?;
+        let checked = args.check(plan)?;
+        if problem.num_seqs() == 0 {
+            return Ok(());
+        }
+        let (layout, block_size, max_blocks_per_seq, block_table, kv_indptr, kv_indices) = match args.kv_index {
+            KvIndexBuffers::BlockTable { table, max_blocks_per_seq } => {
+                let KvLayout::BlockTable { kernel_block_size, .. } = problem.layout else {
+                    unreachable!("DecodeArgs::check matched the layouts")
+                };
+                (LAYOUT_BLOCK_TABLE, kernel_block_size, max_blocks_per_seq, self.addr(table, "block_table")?, 0, 0)
+            }
+            KvIndexBuffers::TokenIndices { indptr, indices } => {
+                (LAYOUT_TOKEN_INDICES, 0, 0, 0, self.addr(indptr, "kv_indptr")?, self.addr(indices, "kv_indices")?)
+            }
+        };
+        let launch = launch_shape(plan, args.workspace.len_bytes())?;
+        let workspace = self.addr(args.workspace, "workspace")?;
+        let params = DecodeParams {
+            q: self.addr(args.q, "q")?,
+            k_cache: self.addr(args.k_cache, "k_cache")?,
+            v_cache: self.addr(args.v_cache, "v_cache")?,
+            out: self.addr(args.out, "out")?,
+            seq_lens: self.addr(args.seq_lens, "seq_lens")?,
+            block_table,
+            kv_indptr,
+            kv_indices,
+            partial_acc: if launch.split { workspace } else { 0 },
+            partial_ml: if launch.split { workspace + launch.acc_bytes } else { 0 },
+            num_slots: checked.num_slots as i64,
+            num_indices: if layout == LAYOUT_TOKEN_INDICES { checked.index_len as i64 } else { 0 },
+            num_seqs: problem.num_seqs() as i32,
+            num_q_heads: problem.shape.num_q_heads as i32,
+            num_kv_heads: problem.shape.num_kv_heads as i32,
+            layout,
+            block_size: block_size as i32,
+            max_blocks_per_seq: max_blocks_per_seq as i32,
+            num_splits: launch.num_splits as i32,
+            min_tiles_per_split: plan.rule.min_tiles_per_split as i32,
+            scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
+            _pad: 0,
+        };
+        // Both kernels are looked up before the first launch, so that a
+        // missing one fails with nothing written.
+        let dtype = problem.dtypes.q;
+        let main = self.function(&kernels::decode_kernel(dtype, problem.shape.head_dim))?;
+        let reduce = match launch.split {
+            true => Some(self.function(&kernels::reduce_kernel(dtype, problem.shape.head_dim))?),
+            false => None,
+        };
+        self.ctx.activate()?;
+        let mut by_value = params;
+        let mut kernel_params = [(&mut by_value as *mut DecodeParams).cast::<c_void>()];
+        let block = (kernels::THREADS, 1, 1);
+        // SAFETY: the kernels take one `DecodeParams` by value, which `by_value`
+        // mirrors byte for byte (params.rs pins its layout); every address in
+        // it points into a live allocation of this device whose size
+        // `DecodeArgs::check` and `launch_shape` verified against the plan; the
+        // kernels bound-check block ids, slots and lengths read from device
+        // memory; the runtime copies the parameters at launch.
+        unsafe { self.ctx.runtime.launch(main.raw(), launch.grid, block, 0, self.stream.raw(), &mut kernel_params) }?;
+        if let Some(reduce) = reduce {
+            // SAFETY: as above; the reducer reads the partial rows the first
+            // kernel wrote, in stream order.
+            unsafe {
+                self.ctx.runtime.launch(
+                    reduce.raw(),
+                    launch.reduce_grid,
+                    block,
+                    0,
+                    self.stream.raw(),
+                    &mut kernel_params,
+                )
+            }?;
+        }
+        Ok(())
     }
-    fn merge_attn_states(&self, _args: MergeArgs<'_, HipBuffer>) -> Result<()> {
-        Err(unavailable())
+
+    fn merge_attn_states(&self, args: MergeArgs<'_, HipBuffer>) -> Result<()> {
+        args.check()?;
+        Err(Error::Unsupported {
+            backend: BACKEND,
+            what: "merge_attn_states (kernels/hip has no merge kernel yet; merge on the host or the CPU backend)"
+                .into(),
+        })
     }
+
     fn synchronize(&self) -> Result<()> {
-        Err(unavailable())
+        self.stream.synchronize()
     }
-    fn time_us(&self, _work: &mut dyn FnMut() -> Result<()>, _warmup: usize, _reps: usize) -> Result<f64> {
-        Err(unavailable())
+
+    /// HIP times `work`'s launches on the stream directly (no graph capture):
+    /// `warmup` untimed runs, then `reps` runs between two events.
+    fn time_us(&self, work: &mut dyn FnMut() -> Result<()>, warmup: usize, reps: usize) -> Result<f64> {
+        for _ in 0..warmup {
+            work()?;
+        }
+        self.synchronize()?;
+        let reps = reps.max(1);
+        Ok(self.elapsed_us(|| (0..reps).try_for_each(|_| work()))? / reps as f64)
     }
-    fn copy_bandwidth_gbps(&self, _bytes: usize) -> Result<f64> {
-        Err(unavailable())
+
+    fn copy_bandwidth_gbps(&self, bytes: usize) -> Result<f64> {
+        if bytes == 0 {
+            return Err(Error::BufferSize { name: "copy bandwidth buffer", expected: 1, actual: 0 });
+        }
+        let src = self.alloc(bytes)?;
+        let dst = self.alloc(bytes)?;
+        let (src, dst) = (self.addr(&src, "src")?, self.addr(&dst, "dst")?);
+        let copies = 10;
+        let run = || -> Result<f64> {
+            let us = self.elapsed_us(|| {
+                (0..copies).try_for_each(|_| {
+                    // SAFETY: both buffers own `bytes` bytes and outlive the
+                    // copies (elapsed_us waits for them).
+                    unsafe {
+                        self.ctx.runtime.memcpy_dtod_async(
+                            dst as *mut c_void,
+                            src as *const c_void,
+                            bytes,
+                            self.stream.raw(),
+                        )
+                    }
+                })
+            })?;
+            Ok(us / copies as f64)
+        };
+        self.ctx.activate()?;
+        run()?; // warm-up
+        let us = (0..3).map(|_| run()).collect::<Result<Vec<f64>>>()?.into_iter().fold(f64::INFINITY, f64::min);
+        Ok(2.0 * bytes as f64 / (us * 1e3))
     }
 }
 
-fn unavailable() -> Error {
-    Error::Unavailable { backend: BACKEND, reason: "no HIP kernels in this build".into() }
+/// What the kernels run: one element type for Q, KV and the output (f32,
+/// f16, bf16), the supported head dims, groups of up to [`MAX_GROUP_SIZE`].
+pub fn supports(problem: &DecodeProblem) -> Result<()> {
+    problem.validate()?;
+    let d = problem.dtypes;
+    if d.q != d.kv || d.kv != d.out {
+        return Err(Error::UnsupportedDTypes {
+            backend: BACKEND,
+            q: d.q,
+            kv: d.kv,
+            out: d.out,
+            why: "the HIP kernels take one element type for Q, KV and output",
+        });
+    }
+    if !kernels::DTYPES.contains(&d.q) {
+        return Err(Error::UnsupportedDTypes {
+            backend: BACKEND,
+            q: d.q,
+            kv: d.kv,
+            out: d.out,
+            why: "the HIP kernels are built for f32, f16 and bf16",
+        });
+    }
+    let group = problem.shape.group_size();
+    if group > MAX_GROUP_SIZE {
+        return Err(Error::Unsupported {
+            backend: BACKEND,
+            what: format!("{group} query heads per KV head (the HIP kernel serves groups of 1 to {MAX_GROUP_SIZE})"),
+        });
+    }
+    Ok(())
+}
+
+/// The grids of one decode and where its partial rows go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LaunchShape {
+    /// `(num_seqs, num_splits, num_kv_heads)`.
+    grid: (u32, u32, u32),
+    /// `(num_seqs, num_q_heads, 1)`, used only when `split`.
+    reduce_grid: (u32, u32, u32),
+    num_splits: u32,
+    split: bool,
+    /// Bytes of `partial_acc`; `partial_ml` follows it in the workspace.
+    acc_bytes: u64,
+}
+
+/// The launch for `plan` over a workspace of `workspace_len` bytes: an error,
+/// before anything runs, when the grid does not fit or the workspace cannot
+/// hold the partial rows the plan's split count implies.
+fn launch_shape(plan: &Plan, workspace_len: usize) -> Result<LaunchShape> {
+    let problem = &plan.problem;
+    let shape = problem.shape;
+    let num_splits = plan.rule.num_splits.max(1);
+    let split = num_splits > 1;
+    let rows = problem.num_seqs() as u64 * shape.num_q_heads as u64 * num_splits as u64;
+    let acc_bytes = rows * shape.head_dim as u64 * 4;
+    let needed = if split { acc_bytes + rows * 2 * 4 } else { 0 };
+    if (workspace_len as u64) < needed {
+        return Err(Error::WorkspaceTooSmall { needed: needed as usize, actual: workspace_len });
+    }
+    let dim = |value: usize, what: &str| {
+        u32::try_from(value)
+            .ok()
+            .filter(|&v| v <= i32::MAX as u32)
+            .ok_or_else(|| Error::Unsupported { backend: BACKEND, what: format!("a grid of {value} {what}") })
+    };
+    let num_seqs = dim(problem.num_seqs(), "sequences")?;
+    Ok(LaunchShape {
+        grid: (num_seqs, num_splits, dim(shape.num_kv_heads, "KV heads")?),
+        reduce_grid: (num_seqs, dim(shape.num_q_heads, "query heads")?, 1),
+        num_splits,
+        split,
+        acc_bytes,
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use decode_attn_core::{AttentionShape, DTypes, DeviceProps, Policy};
+
+    use super::*;
+
     #[test]
     fn no_usable_device_is_an_error_value_not_a_panic() {
         // CI has no AMD GPU (with or without a HIP runtime installed): the
         // probe must say why, never panic.
-        let err = super::device_count().unwrap_err();
+        let err = device_count().unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("hip"), "{text}");
-        match super::Runtime::load() {
+        assert!(matches!(err, Error::Unavailable { backend: "hip", .. }), "{err:?}");
+        match Runtime::load() {
             // Without a runtime the reason names every library tried.
             Err(_) => assert!(text.contains("libamdhip64.so.5"), "{text}"),
             // With one but no device, the runtime's own error name.
             Ok(runtime) => {
                 assert!(runtime.version().is_ok());
                 if runtime.device_count().is_err() {
-                    assert!(text.contains("hipError"), "{text}");
+                    assert!(text.contains("hipGetDeviceCount failed: hipError"), "{text}");
                 }
             }
         }
+        // Opening a device says the same, as an error value.
+        let err = HipBackend::new(0).err().expect("no AMD GPU here");
+        assert!(matches!(err, Error::Unavailable { backend: "hip", .. }), "{err:?}");
+    }
+
+    #[test]
+    fn an_absent_runtime_is_unavailable_with_the_paths_tried() {
+        let err = Runtime::load_from(&["/nonexistent/libamdhip64.so.6"]).unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("hip backend is not available: no HIP runtime found"), "{text}");
+        assert!(text.contains("/nonexistent/libamdhip64.so.6"), "{text}");
+    }
+
+    #[test]
+    fn a_runtime_without_devices_reports_hip_error_no_device() {
+        // Debian's libamdhip64 5.2 is installed on the CI machine, which has no AMD GPU.
+        let Ok(runtime) = Runtime::load() else {
+            eprintln!("no HIP runtime installed: skipping");
+            return;
+        };
+        match HipBackend::open(runtime, 0, &HipOptions::default()) {
+            Ok(_) => eprintln!("a HIP device is present: nothing to check"),
+            Err(err) => {
+                let text = err.to_string();
+                assert!(matches!(err, Error::Unavailable { backend: "hip", .. }), "{err:?}");
+                assert!(text.contains("hipErrorNoDevice") || text.contains("reports no device"), "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn absent_hiprtc_explains_both_missing_paths() {
+        let hiprtc = Hiprtc::load_from(&["/nonexistent/libhiprtc.so.6"]);
+        let why = no_embedded_object("gfx1100");
+        let err = compile_with(hiprtc, "gfx1100", &why, None).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::Unavailable { backend: "hip", .. }), "{err:?}");
+        assert!(text.contains("gfx1100"), "{text}");
+        if kernels::source().is_some() {
+            assert!(text.contains("hiprtc cannot compile the source: no hiprtc found"), "{text}");
+            assert!(text.contains("/nonexistent/libhiprtc.so.6"), "{text}");
+            assert!(text.contains("Install ROCm's hiprtc"), "{text}");
+        } else {
+            assert!(text.contains("no HIP kernel source"), "{text}");
+        }
+    }
+
+    fn problem(heads: usize, kv_heads: usize, dtypes: DTypes, seq_lens: Vec<u32>) -> DecodeProblem {
+        let shape = AttentionShape::new(heads, kv_heads, 128).unwrap();
+        DecodeProblem::new(shape, dtypes, KvLayout::block_table(16), seq_lens).unwrap()
+    }
+
+    #[test]
+    fn supports_uniform_types_and_groups_up_to_16() {
+        assert!(supports(&problem(32, 8, DTypes::uniform(DType::Bf16), vec![10])).is_ok());
+        assert!(supports(&problem(16, 1, DTypes::uniform(DType::F16), vec![10])).is_ok());
+        assert!(supports(&problem(8, 8, DTypes::uniform(DType::F32), vec![10])).is_ok());
+        let err = supports(&problem(32, 1, DTypes::uniform(DType::Bf16), vec![10])).unwrap_err();
+        assert!(err.to_string().contains("32 query heads per KV head"), "{err}");
+        let mixed = DTypes { q: DType::Bf16, kv: DType::F16, out: DType::Bf16 };
+        assert!(matches!(supports(&problem(8, 8, mixed, vec![10])), Err(Error::UnsupportedDTypes { .. })));
+    }
+
+    #[test]
+    fn launch_shapes_follow_the_plan_and_the_kernel_contract() {
+        let props = DeviceProps { name: "MI300X".into(), num_sms: 304, ..DeviceProps::gpu_like(304) };
+        let p = problem(32, 8, DTypes::uniform(DType::Bf16), vec![4096, 300]);
+        let plan = decode_attn_core::plan(&p, Policy::Deterministic { tile_tokens: 256 }, &props).unwrap();
+        let launch = launch_shape(&plan, plan.workspace_bytes as usize).unwrap();
+        assert_eq!(launch.num_splits, plan.rule.num_splits);
+        assert_eq!(launch.grid, (2, plan.rule.num_splits, 8));
+        assert_eq!(launch.reduce_grid, (2, 32, 1));
+        assert_eq!(launch.split, plan.rule.num_splits > 1);
+        if launch.split {
+            // The kernel's partial rows fill the plan's workspace exactly.
+            let rows = 2 * 32 * plan.rule.num_splits as u64;
+            assert_eq!(launch.acc_bytes, rows * 128 * 4);
+            assert_eq!(launch.acc_bytes + rows * 8, plan.workspace_bytes);
+            let err = launch_shape(&plan, plan.workspace_bytes as usize - 1).unwrap_err();
+            assert!(matches!(err, Error::WorkspaceTooSmall { .. }), "{err:?}");
+        }
+        let unsplit = decode_attn_core::plan(&p, Policy::Fixed { splits: 1 }, &props).unwrap();
+        let launch = launch_shape(&unsplit, 0).unwrap();
+        assert_eq!((launch.grid, launch.split), ((2, 1, 8), false));
     }
 }

@@ -1,0 +1,251 @@
+//! Embeds the HIP kernels: always their source (for hiprtc at run time), and
+//! code objects for gfx90a and gfx942 when a compiler is here at build time.
+//!
+//! * Source: `kernels/hip/decode_kvgrid.hip` and every header it includes
+//!   with `#include "..."` (looked up in `kernels/hip`, then `kernels/cuda`,
+//!   as `cargo xtask kernels` does), each under the name it is included by.
+//!   No source file: nothing is embedded and the backend says so at run time.
+//! * Code objects: compiled with clang (`$DECODE_ATTN_HIP_CLANG`, else
+//!   `clang-19` on `PATH` or in `/usr/lib/llvm-19/bin`) when the HIP headers
+//!   (`hip/hip_runtime.h`) and the ROCm device libraries are present too.
+//!   Device libraries: `$DECODE_ATTN_HIP_DEVICE_LIBS`, else the workspace's
+//!   `.tools/hip-device-libs` (what `cargo xtask kernels` prepares), else
+//!   Debian's `amdgcn/bitcode` folder (with `oclc_isa_version_942.bc` linked to
+//!   the 940 one in `OUT_DIR`, which is all gfx942 needs from it). Both
+//!   architectures compile in parallel.
+//! * `DECODE_ATTN_HIP_AOT=0` skips the code objects (a faster build; the
+//!   backend then compiles through hiprtc at first use);
+//!   `DECODE_ATTN_REQUIRE_HIP_AOT=1` makes a missing toolchain a build error.
+//!   A kernel that fails to compile with a toolchain that is present is
+//!   always a build error.
+//!
+//! A machine with no ROCm and no clang builds this crate with no code
+//! objects; nothing here links to any ROCm library.
+
+use std::env;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Architectures compiled ahead of time (MI200, MI300).
+const ARCHS: &[&str] = &["gfx90a", "gfx942"];
+const KERNEL: &str = "decode_kvgrid";
+const DEBIAN_DEVICE_LIBS: &[&str] =
+    &["/usr/lib/x86_64-linux-gnu/amdgcn/bitcode", "/usr/lib/amdgcn/bitcode", "/opt/rocm/amdgcn/bitcode"];
+
+fn main() {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let workspace = manifest.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let hip_dir = workspace.join("kernels/hip");
+    let cuda_dir = workspace.join("kernels/cuda");
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    for var in [
+        "DECODE_ATTN_HIP_CLANG",
+        "DECODE_ATTN_HIP_DEVICE_LIBS",
+        "DECODE_ATTN_HIP_AOT",
+        "DECODE_ATTN_REQUIRE_HIP_AOT",
+        "ROCM_PATH",
+        "PATH",
+    ] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    println!("cargo:rerun-if-changed={}", hip_dir.display());
+    println!("cargo:rerun-if-changed={}", cuda_dir.join("decode_params.h").display());
+    let source = hip_dir.join(format!("{KERNEL}.hip"));
+    println!("cargo:rerun-if-changed={}", source.display());
+
+    let mut generated = String::new();
+    if !source.is_file() {
+        generated.push_str("pub const SOURCE: Option<(&str, &str)> = None;\n");
+        generated.push_str("pub const HEADERS: &[(&str, &str)] = &[];\n");
+        generated.push_str("pub const CODE_OBJECTS: &[(&str, &[u8])] = &[];\n");
+        let _ = writeln!(generated, "pub const AOT_NOTE: &str = {:?};", "kernels/hip had no source at build time");
+        fs::write(out.join("embedded.rs"), generated).unwrap();
+        return;
+    }
+    let headers = included_headers(&source, &[&hip_dir, &cuda_dir]);
+    for (_, path) in &headers {
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
+    let _ = writeln!(
+        generated,
+        "pub const SOURCE: Option<(&str, &str)> = Some(({:?}, include_str!({:?})));",
+        format!("{KERNEL}.hip"),
+        source.display().to_string()
+    );
+    generated.push_str("pub const HEADERS: &[(&str, &str)] = &[\n");
+    for (name, path) in &headers {
+        let _ = writeln!(generated, "    ({name:?}, include_str!({:?})),", path.display().to_string());
+    }
+    generated.push_str("];\n");
+
+    let (objects, note) = code_objects(&workspace, &hip_dir, &cuda_dir, &source, &out);
+    generated.push_str("pub const CODE_OBJECTS: &[(&str, &[u8])] = &[\n");
+    for (arch, path) in &objects {
+        let _ = writeln!(generated, "    ({arch:?}, include_bytes!({:?})),", path.display().to_string());
+    }
+    generated.push_str("];\n");
+    let _ = writeln!(generated, "pub const AOT_NOTE: &str = {note:?};");
+    fs::write(out.join("embedded.rs"), generated).unwrap();
+}
+
+/// Every `#include "name"` reachable from `file`, as (name as written, path
+/// found), each once, looked up in `dirs` in order (the file's own folder first).
+fn included_headers(file: &Path, dirs: &[&Path]) -> Vec<(String, PathBuf)> {
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    let mut pending = vec![file.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        let Ok(text) = fs::read_to_string(&current) else { continue };
+        for line in text.lines() {
+            let line = line.trim_start();
+            let Some(rest) = line.strip_prefix('#').map(str::trim_start) else { continue };
+            let Some(rest) = rest.strip_prefix("include").map(str::trim_start) else { continue };
+            let Some(name) = rest.strip_prefix('"').and_then(|r| r.split('"').next()) else { continue };
+            if found.iter().any(|(n, _)| n == name) {
+                continue;
+            }
+            let own = current.parent().map(Path::to_path_buf);
+            let path = own
+                .iter()
+                .map(PathBuf::as_path)
+                .chain(dirs.iter().copied())
+                .map(|d| d.join(name))
+                .find(|p| p.is_file());
+            if let Some(path) = path {
+                found.push((name.to_string(), path.clone()));
+                pending.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// Compiles the code objects when the toolchain is here; returns them (arch,
+/// path) and a note on what was done, for the backend's messages.
+fn code_objects(
+    workspace: &Path,
+    hip_dir: &Path,
+    cuda_dir: &Path,
+    source: &Path,
+    out: &Path,
+) -> (Vec<(String, PathBuf)>, String) {
+    if env::var("DECODE_ATTN_HIP_AOT").is_ok_and(|v| v == "0") {
+        return (Vec::new(), "DECODE_ATTN_HIP_AOT=0 at build time".into());
+    }
+    let toolchain = find_clang().ok_or("no clang-19 (or $DECODE_ATTN_HIP_CLANG) at build time").and_then(|clang| {
+        let rocm = find_hip_headers().ok_or("no HIP headers (hip/hip_runtime.h) at build time")?;
+        let libs = device_libs(workspace, out).ok_or("no ROCm device libraries at build time")?;
+        Ok((clang, rocm, libs))
+    });
+    let (clang, rocm_path, libs) = match toolchain {
+        Ok(found) => found,
+        Err(why) => {
+            if env::var("DECODE_ATTN_REQUIRE_HIP_AOT").is_ok_and(|v| v == "1") {
+                panic!("DECODE_ATTN_REQUIRE_HIP_AOT=1 but {why} (apt-get install clang-19 lld-19 libamdhip64-dev rocm-device-libs)");
+            }
+            println!(
+                "cargo:warning=HIP kernels not compiled ahead of time ({why}): hiprtc will compile them at first use"
+            );
+            return (Vec::new(), why.to_string());
+        }
+    };
+    let jobs: Vec<(String, PathBuf, std::io::Result<std::process::Child>)> = ARCHS
+        .iter()
+        .map(|arch| {
+            let object = out.join(format!("{KERNEL}.{arch}.hsaco"));
+            let mut cmd = Command::new(&clang);
+            cmd.args(["-x", "hip", "-std=c++17", "-O3", "--offload-device-only", "--no-gpu-bundle-output"])
+                .arg(format!("--offload-arch={arch}"))
+                .arg(format!("--rocm-device-lib-path={}", libs.display()));
+            if let Some(rocm) = &rocm_path {
+                cmd.arg(format!("--rocm-path={}", rocm.display()));
+            }
+            cmd.arg(format!("-I{}", hip_dir.display()))
+                .arg(format!("-I{}", cuda_dir.display()))
+                .arg("-c")
+                .arg(source)
+                .arg("-o")
+                .arg(&object)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            (arch.to_string(), object, cmd.spawn())
+        })
+        .collect();
+    let mut objects = Vec::new();
+    for (arch, object, child) in jobs {
+        let output: Output = child
+            .and_then(|c| c.wait_with_output())
+            .unwrap_or_else(|err| panic!("could not run {}: {err}", clang.display()));
+        if !output.status.success() || !object.is_file() {
+            panic!(
+                "{} failed on {} for {arch}:\n{}{}",
+                clang.display(),
+                source.display(),
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        objects.push((arch, object));
+    }
+    let note = format!("compiled by {} for {} at build time", clang.display(), ARCHS.join(", "));
+    (objects, note)
+}
+
+fn find_clang() -> Option<PathBuf> {
+    if let Some(path) = env::var_os("DECODE_ATTN_HIP_CLANG") {
+        let path = PathBuf::from(path);
+        return path.is_file().then_some(path);
+    }
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(path) = env::var_os("PATH") {
+        candidates.extend(env::split_paths(&path).map(|dir| dir.join("clang-19")));
+    }
+    candidates.push("/usr/lib/llvm-19/bin/clang".into());
+    candidates.into_iter().find(|c| c.is_file())
+}
+
+/// `Some(None)`: the headers are where clang looks by itself (`/usr/include`);
+/// `Some(Some(root))`: a ROCm root to pass as `--rocm-path`.
+fn find_hip_headers() -> Option<Option<PathBuf>> {
+    if Path::new("/usr/include/hip/hip_runtime.h").is_file() {
+        return Some(None);
+    }
+    let roots = env::var_os("ROCM_PATH").map(PathBuf::from).into_iter().chain([PathBuf::from("/opt/rocm")]);
+    roots.into_iter().find(|root| root.join("include/hip/hip_runtime.h").is_file()).map(Some)
+}
+
+fn device_libs(workspace: &Path, out: &Path) -> Option<PathBuf> {
+    let has_942 = |dir: &Path| dir.join("oclc_isa_version_942.bc").is_file();
+    if let Some(dir) = env::var_os("DECODE_ATTN_HIP_DEVICE_LIBS") {
+        return Some(PathBuf::from(dir));
+    }
+    let tools = workspace.join(".tools/hip-device-libs");
+    if has_942(&tools) {
+        return Some(tools);
+    }
+    let source = DEBIAN_DEVICE_LIBS.iter().map(PathBuf::from).find(|d| d.join("oclc_isa_version_940.bc").is_file())?;
+    if has_942(&source) {
+        return Some(source);
+    }
+    // A folder of links to Debian's bitcode plus the 942 ISA file it lacks
+    // (identical to the 940 one for code generation; see xtask's hip_device_libs).
+    let folder = out.join("hip-device-libs");
+    let _ = fs::remove_dir_all(&folder);
+    fs::create_dir_all(&folder).ok()?;
+    for entry in fs::read_dir(&source).ok()?.flatten() {
+        link(&entry.path(), &folder.join(entry.file_name()))?;
+    }
+    link(&source.join("oclc_isa_version_940.bc"), &folder.join("oclc_isa_version_942.bc"))?;
+    Some(folder)
+}
+
+#[cfg(unix)]
+fn link(original: &Path, link: &Path) -> Option<()> {
+    std::os::unix::fs::symlink(original, link).ok()
+}
+
+#[cfg(not(unix))]
+fn link(original: &Path, link: &Path) -> Option<()> {
+    fs::copy(original, link).ok().map(|_| ())
+}

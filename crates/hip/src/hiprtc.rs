@@ -1,0 +1,289 @@
+//! hiprtc, the HIP run-time compiler, loaded with dlopen, and the on-disk
+//! cache of what it compiles.
+//!
+//! ROCm 6 and later ship it as `libhiprtc.so.N`; ROCm 5 exports the same
+//! entry points from `libamdhip64` itself, so the runtime's own library is
+//! the last candidate. hiprtc needs no device: it compiles for the
+//! architecture named in `--offload-arch`.
+
+use std::ffi::{c_char, c_int, CStr, CString, OsStr};
+use std::path::{Path, PathBuf};
+
+use decode_attn_core::{Error, Result};
+use sha2::{Digest, Sha256};
+
+use crate::sys::{self, HiprtcApi};
+
+const BACKEND: &str = "hip";
+
+/// Library names tried by [`Hiprtc::load`] before the runtime's own library.
+pub const HIPRTC_CANDIDATES: &[&str] =
+    &["libhiprtc.so", "libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so.5", "hiprtc0700.dll", "hiprtc0600.dll"];
+
+/// The loaded compiler.
+pub struct Hiprtc {
+    api: HiprtcApi,
+    /// The file name (or path) that loaded.
+    pub library: String,
+    // Keeps the library mapped while the pointers in `api` are in use.
+    _lib: libloading::Library,
+}
+
+/// One source file and the headers it includes, by the names it includes them as.
+#[derive(Clone, Copy, Debug)]
+pub struct Source<'a> {
+    pub name: &'a str,
+    pub text: &'a str,
+    pub headers: &'a [(&'a str, &'a str)],
+}
+
+fn device_error(message: String) -> Error {
+    Error::Device { backend: BACKEND, message }
+}
+
+impl Hiprtc {
+    /// Loads the first of [`HIPRTC_CANDIDATES`], then `runtime_library` (ROCm 5
+    /// keeps hiprtc inside libamdhip64), that opens and exports hiprtc.
+    pub fn load(runtime_library: Option<&str>) -> Result<Hiprtc> {
+        let mut candidates: Vec<&str> = HIPRTC_CANDIDATES.to_vec();
+        candidates.extend(runtime_library);
+        Self::load_from(&candidates)
+    }
+
+    /// Loads the first of `candidates` that opens and exports hiprtc; the
+    /// error names every candidate and why it failed.
+    pub fn load_from<S: AsRef<OsStr>>(candidates: &[S]) -> Result<Hiprtc> {
+        let mut tried = Vec::new();
+        for candidate in candidates {
+            let name = candidate.as_ref();
+            let shown = Path::new(name).display().to_string();
+            // SAFETY: loading hiprtc (or the HIP runtime that contains it) runs
+            // only the vendor's initialisers, which have no preconditions.
+            match unsafe { libloading::Library::new(name) } {
+                // SAFETY: the table is stored beside `lib` and dropped before it.
+                Ok(lib) => match unsafe { HiprtcApi::bind(&lib) } {
+                    Ok(api) => return Ok(Hiprtc { api, library: shown, _lib: lib }),
+                    Err(missing) => tried.push(format!("{shown} (no {missing})")),
+                },
+                Err(err) => tried.push(format!("{shown} ({err})")),
+            }
+        }
+        Err(Error::Unavailable { backend: BACKEND, reason: format!("no hiprtc found; tried {}", tried.join(", ")) })
+    }
+
+    /// `(major, minor)` of the compiler.
+    pub fn version(&self) -> (i32, i32) {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: two valid out-pointers.
+        unsafe { (self.api.version)(&mut major, &mut minor) };
+        (major, minor)
+    }
+
+    fn error_text(&self, code: sys::HiprtcResult) -> String {
+        // SAFETY: returns a static NUL-terminated string (or null) for every code.
+        let text = unsafe { (self.api.get_error_string)(code) };
+        if text.is_null() {
+            format!("hiprtc error {code}")
+        } else {
+            // SAFETY: non-null and NUL-terminated, as above.
+            unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned()
+        }
+    }
+
+    fn check(&self, call: &str, code: sys::HiprtcResult) -> Result<()> {
+        if code == 0 {
+            Ok(())
+        } else {
+            Err(device_error(format!("{call} failed: {}", self.error_text(code))))
+        }
+    }
+
+    /// Compiles `source` into a code object for `arch` (a `gcnArchName` such
+    /// as `gfx942:sramecc+:xnack-`), or returns the cached object of an
+    /// identical earlier compile (same source, headers, options, architecture
+    /// and hiprtc version) from `cache_dir`.
+    pub fn compile(&self, source: &Source<'_>, arch: &str, cache_dir: Option<&Path>) -> Result<Vec<u8>> {
+        let options = compile_options(arch);
+        let key = cache_key(source, &options, self.version());
+        let cached: Option<PathBuf> = cache_dir.map(|dir| dir.join(format!("hip-{key}.hsaco")));
+        if let Some(bytes) = cached.as_deref().and_then(|path| std::fs::read(path).ok()) {
+            if bytes.starts_with(b"\x7fELF") {
+                return Ok(bytes);
+            }
+        }
+        let code = self.compile_uncached(source, &options)?;
+        if let Some(path) = &cached {
+            // The cache only saves time: failing to write it is not an error.
+            let _ = write_atomically(path, &code);
+        }
+        Ok(code)
+    }
+
+    fn compile_uncached(&self, source: &Source<'_>, options: &[String]) -> Result<Vec<u8>> {
+        let text = cstring(source.text)?;
+        let name = cstring(source.name)?;
+        let header_texts = source.headers.iter().map(|(_, t)| cstring(t)).collect::<Result<Vec<_>>>()?;
+        let header_names = source.headers.iter().map(|(n, _)| cstring(n)).collect::<Result<Vec<_>>>()?;
+        let header_text_ptrs: Vec<*const c_char> = header_texts.iter().map(|c| c.as_ptr()).collect();
+        let header_name_ptrs: Vec<*const c_char> = header_names.iter().map(|c| c.as_ptr()).collect();
+        let option_strings = options.iter().map(|o| cstring(o)).collect::<Result<Vec<_>>>()?;
+        let option_ptrs: Vec<*const c_char> = option_strings.iter().map(|c| c.as_ptr()).collect();
+
+        let mut program: sys::Program = std::ptr::null_mut();
+        // SAFETY: every pointer is a NUL-terminated CString (or an array of
+        // them of the stated length) that outlives the call; hiprtc copies them.
+        let code = unsafe {
+            (self.api.create_program)(
+                &mut program,
+                text.as_ptr(),
+                name.as_ptr(),
+                header_text_ptrs.len() as c_int,
+                header_text_ptrs.as_ptr(),
+                header_name_ptrs.as_ptr(),
+            )
+        };
+        self.check("hiprtcCreateProgram", code)?;
+        // SAFETY: `program` was created above; the options outlive the call.
+        let code = unsafe { (self.api.compile_program)(program, option_ptrs.len() as c_int, option_ptrs.as_ptr()) };
+        let result = match self.check("hiprtcCompileProgram", code) {
+            Err(err) => Err(device_error(format!(
+                "{err} for {} ({}):\n{}",
+                source.name,
+                options.join(" "),
+                self.program_log(program)
+            ))),
+            Ok(()) => self.code(program),
+        };
+        // SAFETY: destroys the program created above, exactly once.
+        unsafe { (self.api.destroy_program)(&mut program) };
+        result
+    }
+
+    fn code(&self, program: sys::Program) -> Result<Vec<u8>> {
+        let mut size = 0usize;
+        // SAFETY: `program` compiled successfully; a valid out-pointer.
+        self.check("hiprtcGetCodeSize", unsafe { (self.api.get_code_size)(program, &mut size) })?;
+        let mut bytes = vec![0u8; size];
+        // SAFETY: `bytes` has room for the `size` bytes hiprtc writes.
+        self.check("hiprtcGetCode", unsafe { (self.api.get_code)(program, bytes.as_mut_ptr().cast()) })?;
+        if !bytes.starts_with(b"\x7fELF") {
+            return Err(device_error(format!("hiprtc returned {size} bytes that are not an ELF code object")));
+        }
+        Ok(bytes)
+    }
+
+    fn program_log(&self, program: sys::Program) -> String {
+        let mut size = 0usize;
+        // SAFETY: `program` is live; a valid out-pointer.
+        if unsafe { (self.api.get_program_log_size)(program, &mut size) } != 0 {
+            return "(no log)".into();
+        }
+        let mut log = vec![0u8; size + 1];
+        // SAFETY: the buffer holds the `size` bytes (NUL included) hiprtc writes, plus one.
+        if unsafe { (self.api.get_program_log)(program, log.as_mut_ptr().cast()) } != 0 {
+            return "(no log)".into();
+        }
+        CStr::from_bytes_until_nul(&log).map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+}
+
+/// Options of every compile: the device's full architecture name (features
+/// included, so the object matches the device exactly), C++17, -O3.
+pub fn compile_options(arch: &str) -> Vec<String> {
+    vec![format!("--offload-arch={arch}"), "-std=c++17".into(), "-O3".into()]
+}
+
+fn cstring(text: &str) -> Result<CString> {
+    CString::new(text).map_err(|_| device_error("kernel source contains a NUL byte".into()))
+}
+
+fn cache_key(source: &Source<'_>, options: &[String], version: (i32, i32)) -> String {
+    let mut hash = Sha256::new();
+    for part in [source.name, source.text].into_iter().chain(source.headers.iter().flat_map(|(n, t)| [*n, *t])) {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part.as_bytes());
+    }
+    for option in options {
+        hash.update(option.as_bytes());
+        hash.update([0]);
+    }
+    hash.update(format!("hiprtc {}.{}", version.0, version.1).as_bytes());
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{}.{}", std::process::id(), path.file_name().and_then(|n| n.to_str()).unwrap_or("x")));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Where compiled kernels are cached when the caller names no folder:
+/// `$DECODE_ATTN_CACHE_DIR`, else `$XDG_CACHE_HOME/decode-attn`, else
+/// `$HOME/.cache/decode-attn` (the CUDA backend's folder too). Read only by
+/// [`crate::HipOptions::from_env`], the documented entry point.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("DECODE_ATTN_CACHE_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(dir).join("decode-attn"));
+    }
+    std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache").join("decode-attn"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_key_depends_on_everything() {
+        let a = Source { name: "k.hip", text: "x", headers: &[("h.h", "y")] };
+        let b = Source { name: "k.hip", text: "x", headers: &[("h.h", "z")] };
+        let gfx942 = compile_options("gfx942");
+        let gfx90a = compile_options("gfx90a");
+        assert_ne!(cache_key(&a, &gfx942, (6, 2)), cache_key(&b, &gfx942, (6, 2)));
+        assert_ne!(cache_key(&a, &gfx942, (6, 2)), cache_key(&a, &gfx90a, (6, 2)));
+        assert_ne!(cache_key(&a, &gfx942, (6, 2)), cache_key(&a, &gfx942, (6, 3)));
+        assert_eq!(cache_key(&a, &gfx942, (6, 2)), cache_key(&a, &gfx942, (6, 2)));
+    }
+
+    #[test]
+    fn absent_hiprtc_names_every_library_tried() {
+        let err = Hiprtc::load_from(&["/nonexistent/libhiprtc.so", "libc.so.6"]).err().unwrap();
+        let text = err.to_string();
+        assert!(matches!(err, Error::Unavailable { backend: "hip", .. }), "{err:?}");
+        assert!(text.contains("no hiprtc found"), "{text}");
+        assert!(text.contains("/nonexistent/libhiprtc.so"), "{text}");
+        // A library that opens but does not export hiprtc says which entry point it lacks.
+        assert!(text.contains("libc.so.6 (no hiprtcVersion"), "{text}");
+    }
+
+    #[test]
+    fn compiles_a_kernel_without_a_device_when_hiprtc_is_installed() {
+        let Ok(hiprtc) = Hiprtc::load(crate::runtime::RUNTIME_CANDIDATES.first().copied()) else {
+            eprintln!("hiprtc not installed: skipping the run-time compile check");
+            return;
+        };
+        let source = Source {
+            name: "probe.hip",
+            text: "#include \"probe.h\"\nextern \"C\" __global__ void probe(float* x) { x[threadIdx.x] = PROBE; }\n",
+            headers: &[("probe.h", "#define PROBE 1.0f\n")],
+        };
+        match hiprtc.compile(&source, "gfx90a", None) {
+            Ok(code) => {
+                assert!(code.starts_with(b"\x7fELF"), "not ELF");
+                eprintln!(
+                    "hiprtc {:?} ({}) compiled {} bytes for gfx90a",
+                    hiprtc.version(),
+                    hiprtc.library,
+                    code.len()
+                );
+            }
+            // Some distribution builds of hiprtc cannot compile without a
+            // device runtime behind them; that must still be an error value.
+            Err(err) => eprintln!("hiprtc ({}) could not compile here: {err}", hiprtc.library),
+        }
+    }
+}
