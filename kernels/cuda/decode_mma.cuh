@@ -18,22 +18,27 @@
 // (rows past the group are zeros and cost nothing extra), about a tenth of
 // the instructions per byte.
 //
-// Layout trick: no ldmatrix, no transposes through shared memory. The
-// contraction index of each mma may be permuted freely as long as both
-// operands agree, and the output columns may be relabelled, so every lane
-// loads whole 16-byte chunks that it alone reads back (conflict-free, no
-// barrier on the ring):
-//  * QK: lane (gid = lane / 4, tig = lane % 4) loads the K rows of tokens gid
+// Layout trick: no ldmatrix, no transposes. The contraction index of each
+// mma may be permuted freely as long as both operands agree, and the output
+// columns may be relabelled, so every lane reads whole 16-byte chunks:
+//  * QK: lane (gid = lane / 4, tig = lane % 4) reads the K rows of tokens gid
 //    and gid + 8, chunks tig + 4c; k-step kk takes chunk kk / 2, registers
 //    (x, y) or (z, w) as the B fragment; Q's A fragment (heads gid, gid + 8)
 //    is read with the same chunk mapping.
 //  * The S accumulator fragment of the two token halves is, element for
 //    element, the A fragment of P for PV (as in FlashAttention-2).
-//  * PV: lane loads the V rows of tokens 2tig, 2tig + 1, 2tig + 8, 2tig + 9,
+//  * PV: lane reads the V rows of tokens 2tig, 2tig + 1, 2tig + 8, 2tig + 9,
 //    chunks gid + 8c; element 2r + e of chunk c is n-tile 8c + 2r + e, and
 //    the B fragment pairs two tokens' values of one column with a byte
 //    permute. Output column n of n-tile (c, r, e) is head dim
 //    (n + 8c) * 8 + 2r + e.
+// Memory side: the warp copies each tile's K and V rows whole (consecutive
+// lanes take consecutive chunks of a row: full 128-byte lines, which halved
+// the L2 requests of a first version whose lanes copied only what they read)
+// into a per-warp ring of shared-memory stages, rows stored with an XOR
+// swizzle of their chunks so that the reads above are free of bank conflicts.
+// A __syncwarp per tile publishes the landed copies and retires the reads of
+// the slot refilled next.
 // Head dims that are not multiples of 32 (K) or 64 (V) are padded with
 // zero-filled chunks (cp.async with src-size 0 reads nothing).
 #pragma once
@@ -54,6 +59,7 @@ DA_DEVICE void da_mma_f16_m16n8k16(float (&d)[4], const unsigned (&a)[4], unsign
 }
 DA_DEVICE unsigned da_byte_perm(unsigned x, unsigned y, unsigned selector) { return __byte_perm(x, y, selector); }
 DA_DEVICE bool da_warp_any(bool predicate) { return __any_sync(0xffffffffu, predicate); }
+DA_DEVICE void da_syncwarp() { __syncwarp(); }
 #endif
 
 #define DECODE_MMA_RING_BYTES 98304
@@ -81,20 +87,34 @@ template <int HEAD_DIM>
 struct MmaGeometry {
     static constexpr int WARPS = DECODE_THREADS / DA_WARP_SIZE;
     static constexpr int ROW_CHUNKS = HEAD_DIM * 2 / 16;       // 16-byte chunks of one K or V row
-    static constexpr int K_CHUNKS = da_cdiv(ROW_CHUNKS, 4);    // per lane and K row: chunks tig + 4c
+    static constexpr int K_CHUNKS = da_cdiv(ROW_CHUNKS, 4);    // read per lane and K row: chunks tig + 4c
     static constexpr int K_STEPS = 2 * K_CHUNKS;               // k16 steps of QK
-    static constexpr int V_CHUNKS = da_cdiv(ROW_CHUNKS, 8);    // per lane and V row: chunks gid + 8c
+    static constexpr int V_CHUNKS = da_cdiv(ROW_CHUNKS, 8);    // read per lane and V row: chunks gid + 8c
     static constexpr int N_TILES = 8 * V_CHUNKS;               // n8 tiles of PV
-    static constexpr int LANE_CHUNKS = 2 * K_CHUNKS + 4 * V_CHUNKS;  // per lane and tile
-    static constexpr int TILE_BYTES = LANE_CHUNKS * DA_WARP_SIZE * 16;  // per warp and tile (K and V)
+    // Chunks per row in shared memory: what the reads cover, padded to whole
+    // swizzle groups of 8 (the same for K and V at every head dim here).
+    static constexpr int PITCH = 8 * V_CHUNKS;
+    static_assert(4 * K_CHUNKS <= PITCH && PITCH % 8 == 0, "K and V rows share one pitch");
+    static constexpr int ROWS_PER_COPY = DA_WARP_SIZE / PITCH;   // rows one warp-wide copy covers
+    static constexpr int COPIES = DECODE_TILE_TOKENS / ROWS_PER_COPY;  // per lane, tile and K or V
+    static constexpr int TILE_CHUNKS = 2 * DECODE_TILE_TOKENS * PITCH;  // K then V rows of one tile
+    static constexpr int TILE_BYTES = TILE_CHUNKS * 16;
     // Tiles each warp keeps in the ring: STAGES - 1 in flight while one is consumed.
     static constexpr int STAGES_FIT = DECODE_MMA_RING_BYTES / (WARPS * TILE_BYTES);
     static constexpr int STAGES = STAGES_FIT > 6 ? 6 : STAGES_FIT;
     // The warps' (m, l, acc) go through the same shared memory at the end.
     static constexpr int MERGE_FLOATS = WARPS * DECODE_MMA_HEADS * (HEAD_DIM + 2);
     static_assert(HEAD_DIM <= DECODE_MMA_MAX_HEAD_DIM && HEAD_DIM % 8 == 0, "rows are whole chunks");
+    static_assert(DA_WARP_SIZE % PITCH == 0 && DECODE_TILE_TOKENS % ROWS_PER_COPY == 0, "copies tile the rows");
     static_assert(STAGES >= 3, "at least two tiles in flight per warp");
     static_assert(MERGE_FLOATS * 4 <= DECODE_MMA_RING_BYTES, "the merge reuses the ring");
+    // Swizzles (chunk index within a row; both stay inside an aligned group
+    // of 8 chunks = 128 bytes = all 32 banks). K is read as rows gid, gid + 8
+    // by 4 lanes each: odd rows take the other half of the group. V is read
+    // as rows 2tig + {0, 1, 8, 9} by 8 lanes each: rows 2i, 2i + 1 get their
+    // own pair of chunks.
+    DA_DEVICE static int k_swizzle(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
+    DA_DEVICE static int v_swizzle(int row, int chunk) { return chunk ^ (((row >> 1) & 3) << 1); }
 };
 
 template <typename T, int HEAD_DIM>
@@ -153,51 +173,72 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     int bad = seq.ok ? 0 : 1;
     const bool block_table = p.layout == DECODE_LAYOUT_BLOCK_TABLE;
 
-    // Byte offsets of this lane's tokens of the tile starting at `first`
-    // (-1: past the end, or a bad slot): K rows gid, gid + 8; V rows 2tig,
-    // 2tig + 1, 2tig + 8, 2tig + 9. A tile lies inside one kernel block
-    // (a multiple of 16 tokens), so a block table costs one entry per tile.
+    // Byte offsets of the rows this lane copies of the tile starting at
+    // `first` (rows lane / PITCH + ROWS_PER_COPY * i; -1: past the end, or a
+    // bad slot). A tile lies inside one kernel block (a multiple of 16
+    // tokens), so a block table costs one entry per tile.
+    const int copy_row = lane / G::PITCH;
+    const int copy_chunk = lane % G::PITCH;
     struct Offsets {
-        long long k[2], v[4];
+        long long row[G::COPIES];
     };
-    auto locate = [&](long long first) {
-        const int block = block_table && first < end ? load_raw_index(p, index, (int)first) : 0;
-        auto offset_of = [&](long long t) -> long long {
-            if (t >= end) return -1;
-            const int raw = block_table ? block : load_raw_index(p, index, (int)t);
-            return resolve_offset(p, raw, (int)t, slot_bytes, &bad);
-        };
-        Offsets at;
-        at.k[0] = offset_of(first + gid);
-        at.k[1] = offset_of(first + gid + 8);
+    // Per-row arithmetic is relative to the tile (rows 0..15, ints); only the
+    // tile's own slot and byte offset are 64-bit, and a block table costs one
+    // division per tile, not one per row.
+    long long row_bytes[G::COPIES];
 #pragma unroll
-        for (int ti = 0; ti < 4; ++ti) at.v[ti] = offset_of(first + 2 * tig + (ti & 1) + 8 * (ti >> 1));
+    for (int i = 0; i < G::COPIES; ++i) row_bytes[i] = (long long)(copy_row + G::ROWS_PER_COPY * i) * slot_bytes;
+    auto locate = [&](long long first) {
+        const long long left = end - first;
+        const int rows_live = left <= 0 ? 0 : left >= TILE ? TILE : (int)left;
+        Offsets at;
+        if (block_table) {
+            // The tile's rows are consecutive slots of one kernel block.
+            long long slot0 = -1;
+            if (rows_live > 0) {
+                const int raw = load_raw_index(p, index, (int)first);
+                slot0 = raw < 0 ? -1 : (long long)raw * p.block_size + (int)first % p.block_size;
+            }
+            // Rows at or past `rows_ok` fall outside the pool.
+            const long long rows_ok = slot0 < 0 ? 0 : da_min_ll(p.num_slots - slot0, TILE);
+            const long long tile_bytes = slot0 * slot_bytes;
+#pragma unroll
+            for (int i = 0; i < G::COPIES; ++i) {
+                const int row = copy_row + G::ROWS_PER_COPY * i;
+                const bool ok = row < rows_ok;
+                if (row < rows_live && !ok) bad = 1;
+                at.row[i] = row < rows_live && ok ? tile_bytes + row_bytes[i] : -1;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < G::COPIES; ++i) {
+                const int row = copy_row + G::ROWS_PER_COPY * i;
+                const int slot = row < rows_live ? load_raw_index(p, index, (int)first + row) : 0;
+                at.row[i] = row < rows_live ? resolve_offset(p, slot, (int)first + row, slot_bytes, &bad) : -1;
+            }
+        }
         return at;
     };
 
     DA_DYNAMIC_SHARED(mma_ring);
-    uint4* ring = reinterpret_cast<uint4*>(mma_ring) + warp * G::STAGES * G::LANE_CHUNKS * DA_WARP_SIZE;
-    // Slot order per stage: K [row half][chunk], then V [token][chunk].
-    auto ring_chunk = [&](int stage, int slot) { return ring + (stage * G::LANE_CHUNKS + slot) * DA_WARP_SIZE + lane; };
+    uint4* ring = reinterpret_cast<uint4*>(mma_ring) + warp * G::STAGES * G::TILE_CHUNKS;
+    // Stage layout: K [row][PITCH] then V [row][PITCH], chunks swizzled.
+    auto k_chunk = [&](int stage, int row, int chunk) {
+        return ring + stage * G::TILE_CHUNKS + row * G::PITCH + G::k_swizzle(row, chunk);
+    };
+    auto v_chunk = [&](int stage, int row, int chunk) {
+        return ring + stage * G::TILE_CHUNKS + (DECODE_TILE_TOKENS + row) * G::PITCH + G::v_swizzle(row, chunk);
+    };
     auto issue = [&](const Offsets& at, int stage) {
+        const bool in_row = copy_chunk < G::ROW_CHUNKS;  // else a zero pad chunk
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int c = 0; c < G::K_CHUNKS; ++c) {
-                const int chunk = tig + 4 * c;
-                const bool live = at.k[j] >= 0 && chunk < G::ROW_CHUNKS;
-                da_cp_async16(ring_chunk(stage, j * G::K_CHUNKS + c), k_base + (live ? at.k[j] + chunk * 16 : 0),
-                              live ? 16 : 0);
-            }
-#pragma unroll
-        for (int ti = 0; ti < 4; ++ti)
-#pragma unroll
-            for (int c = 0; c < G::V_CHUNKS; ++c) {
-                const int chunk = gid + 8 * c;
-                const bool live = at.v[ti] >= 0 && chunk < G::ROW_CHUNKS;
-                da_cp_async16(ring_chunk(stage, 2 * G::K_CHUNKS + ti * G::V_CHUNKS + c),
-                              v_base + (live ? at.v[ti] + chunk * 16 : 0), live ? 16 : 0);
-            }
+        for (int i = 0; i < G::COPIES; ++i) {
+            const int row = copy_row + G::ROWS_PER_COPY * i;
+            const bool live = at.row[i] >= 0 && in_row;
+            const long long from = live ? at.row[i] + copy_chunk * 16 : 0;
+            da_cp_async16(k_chunk(stage, row, copy_chunk), k_base + from, live ? 16 : 0);
+            da_cp_async16(v_chunk(stage, row, copy_chunk), v_base + from, live ? 16 : 0);
+        }
         da_cp_async_commit();
     };
 
@@ -211,18 +252,20 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
             const unsigned a_odd[4] = {q_lo[c].z, q_hi[c].z, q_lo[c].w, q_hi[c].w};
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-                const uint4 k = *ring_chunk(stage, j * G::K_CHUNKS + c);
+                const uint4 k = *k_chunk(stage, gid + 8 * j, tig + 4 * c);
                 M::mma(s[j], a_even, k.x, k.y);
                 M::mma(s[j], a_odd, k.z, k.w);
             }
         }
         // Log2 units, tokens past the end masked; the tile's max per row.
         float tile_max[2] = {da_neg_inf(), da_neg_inf()};
+        const long long left = end - first;  // > 0
+        const int rows_live = left >= TILE ? TILE : (int)left;
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const bool live = first + 8 * j + 2 * tig + (i & 1) < end;
+                const bool live = 8 * j + 2 * tig + (i & 1) < rows_live;
                 s[j][i] = live ? s[j][i] * p.scale_log2 : da_neg_inf();
                 tile_max[i >> 1] = fmaxf(tile_max[i >> 1], s[j][i]);
             }
@@ -261,7 +304,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
         for (int c = 0; c < G::V_CHUNKS; ++c) {
             uint4 v[4];
 #pragma unroll
-            for (int ti = 0; ti < 4; ++ti) v[ti] = *ring_chunk(stage, 2 * G::K_CHUNKS + ti * G::V_CHUNKS + c);
+            for (int ti = 0; ti < 4; ++ti) v[ti] = *v_chunk(stage, 2 * tig + (ti & 1) + 8 * (ti >> 1), gid + 8 * c);
             const unsigned lo_t[4][4] = {{v[0].x, v[0].y, v[0].z, v[0].w},
                                          {v[1].x, v[1].y, v[1].z, v[1].w},
                                          {v[2].x, v[2].y, v[2].z, v[2].w},
@@ -287,9 +330,10 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     Offsets next = locate(first + (G::STAGES - 1) * step);
     int stage = 0;
     for (long long it = first; it < end; it += step) {
-        da_cp_async_wait<G::STAGES - 2>();  // this tile's group has landed
-        // Refill the slot consumed last iteration (by this same lane, whose
-        // reads of it completed before the math that used them).
+        da_cp_async_wait<G::STAGES - 2>();  // this lane's copies of this tile have landed
+        // Every lane's have, and every lane is done reading the slot consumed
+        // last iteration, which is refilled now.
+        da_syncwarp();
         issue(next, stage == 0 ? G::STAGES - 1 : stage - 1);
         next = locate(it + G::STAGES * step);
         consume(stage, it);

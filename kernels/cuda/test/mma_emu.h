@@ -61,3 +61,4 @@ inline bool da_warp_any(bool predicate) {
     emu::yield_as(emu::AT_WARP_BARRIER);
     return any != 0;
 }
+inline void da_syncwarp() { emu::yield_as(emu::AT_WARP_BARRIER); }
