@@ -25,9 +25,20 @@
 //
 // One workgroup = (sequence b, split j, KV head): it serves the whole query
 // group g = num_q_heads / num_kv_heads of its KV head and reads each K and V
-// byte of its token range once. g is the template parameter GQA in 1..16
-// (a device-side switch); larger groups run in passes of 16 heads (each pass
-// reads the KV range again: from L2, in practice).
+// byte of its token range once. The entry dispatches g to the template
+// parameter GQA in buckets {1, 2, 4, 8, 16}: the smallest bucket >= g, with
+// the runtime g (nheads <= GQA) masking the rest (their q is zero, softmax
+// skips them, nothing is written for them); groups above 16 run in passes of
+// 16 heads, the last one partial (each pass reads the KV range again: from
+// L2, in practice). Why buckets and not one instantiation per g in 1..16:
+// every instantiation is inlined into the one entry, and 16 of them made
+// compiles take 4-5 min per gfx arch (clang) and 9-10 min per sm arch (nvcc)
+// and the entries 168-214 registers; five take ~0.5 min per arch and fit
+// 128 registers on NVIDIA (launch bounds (256, 2), see KVG_MB below). A g
+// inside a bucket costs the bucket's QK / PV arithmetic (g = 3 pays for 4,
+// g = 9 for 16), not its memory traffic: K and V are still read once.
+// The per-workgroup setup (guards, split range, index row) is computed once
+// in the entry (KvgWork), before the dispatch.
 //
 // Inside the workgroup the split's tokens go in chunks of CHUNK = 128:
 //   1. QK: each wavefront takes CHUNK / waves consecutive tokens; a K row is
@@ -208,8 +219,8 @@ DAP_HOST_DEVICE constexpr int kvg_pow2_floor(int x) { return x < 2 ? 1 : 2 * kvg
 DAP_HOST_DEVICE constexpr int kvg_max(int a, int b) { return a > b ? a : b; }
 DAP_HOST_DEVICE constexpr int kvg_min(int a, int b) { return a < b ? a : b; }
 
-// Register budgets (floats a thread): they bound every GQA variant, and the
-// entry's switch makes the kernel's register count the largest of them.
+// Register budgets (floats a thread): they bound every GQA bucket, and the
+// entry's dispatch makes the kernel's register count the largest of them.
 #ifndef KVG_ACC
 #define KVG_ACC 16     // PV accumulators
 #endif
@@ -276,19 +287,45 @@ struct alignas(16) KvgSmem {
 };
 
 // Static shared memory of decode_kvgrid_<T>_d<D>, in bytes: one buffer that
-// every GQA variant of the entry's switch shares (separate __shared__
+// every GQA bucket of the entry's dispatch shares (separate __shared__
 // variables in each instantiation would be allocated side by side).
-template <typename T, int D, int GQA = DECODE_KVGRID_MAX_GQA>
+template <typename T, int D>
 DAP_HOST_DEVICE constexpr int kvgrid_smem_bytes() {
-    return kvg_max((int)sizeof(KvgSmem<T, D, GQA>), GQA > 1 ? kvgrid_smem_bytes<T, D, (GQA > 1 ? GQA - 1 : 1)>() : 0);
+    return kvg_max(kvg_max(kvg_max((int)sizeof(KvgSmem<T, D, 1>), (int)sizeof(KvgSmem<T, D, 2>)),
+                           kvg_max((int)sizeof(KvgSmem<T, D, 4>), (int)sizeof(KvgSmem<T, D, 8>))),
+                   (int)sizeof(KvgSmem<T, D, 16>));
 }
 
 // ---------------------------------------------------------------------------
 // The decode body: one pass over heads [head0, head0 + nheads) of KV head kvh
 // (nheads <= GQA; heads past nheads are computed on zero q and dropped).
 // ---------------------------------------------------------------------------
+// What a workgroup (sequence b, split) reads, the same for every pass:
+// tokens [start, end) and the row of its block table / token indices.
+struct KvgWork {
+    long long start, end;
+    const int* index;
+    bool ok;       // the sequence passed the guards
+    bool active;   // not a surplus split (the unsplit workgroup always is)
+};
+
+DA_DEVICE KvgWork kvg_work(const DecodeParams& p, int b, int split) {
+    const KvgSeq seq = kvg_seq(p, b);
+    const int len = seq.ok ? seq.len : 0;
+    const KvgCut cut = kvg_cut(p, len);
+    KvgWork w;
+    w.ok = seq.ok;
+    w.active = p.num_splits == 1 || (long long)split < cut.active;
+    w.start = (long long)split * cut.split_tokens;
+    w.end = dap_min_ll(len, w.start + cut.split_tokens);
+    w.index = p.layout == DECODE_LAYOUT_BLOCK_TABLE ? p.block_table + (long long)b * p.max_blocks_per_seq
+                                                    : p.kv_indices + seq.index_start;
+    return w;
+}
+
 template <typename T, int D, int GQA>
-DA_DEVICE void kvgrid_body(const DecodeParams& p, int kvh, int head0, int nheads, unsigned char* smem) {
+DA_DEVICE void kvgrid_body(const DecodeParams& p, const KvgWork& w, int kvh, int head0, int nheads,
+                           unsigned char* smem) {
     using G = KvgGeo<T, D, GQA>;
     using E = KvgElem<T>;
     constexpr int EPC = G::EPC, CH = G::CH, C = G::C, LPR = G::LPR, CPL = G::CPL, U = G::U;
@@ -298,14 +335,7 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, int kvh, int head0, int nheads
     const int b = dap_bid_x();
     const int split = dap_bid_y();
     const bool unsplit = p.num_splits == 1;
-
-    const KvgSeq seq = kvg_seq(p, b);
-    const int len = seq.ok ? seq.len : 0;
-    const KvgCut cut = kvg_cut(p, len);
-    // Surplus splits exit at once (uniform); the unsplit workgroup always writes.
-    if (!unsplit && (long long)split >= cut.active) return;
-    const long long start = (long long)split * cut.split_tokens;
-    const long long end = dap_min_ll(len, start + cut.split_tokens);
+    const long long start = w.start, end = w.end;
 
     dap_barrier();  // a previous pass (g > 16) is done with sm
     // Stage q (pre-scaled, f32); init the softmax state.
@@ -328,7 +358,7 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, int kvh, int head0, int nheads
         sm.l[tid] = 0.f;
         sm.alpha[tid] = 0.f;
     }
-    if (tid == 0) sm.bad = seq.ok ? 0 : 1;
+    if (tid == 0) sm.bad = w.ok ? 0 : 1;
     dap_barrier();
 
     // QK roles.
@@ -364,8 +394,7 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, int kvh, int head0, int nheads
     const long long slot_bytes = (long long)p.num_kv_heads * D * G::EB;
     const char* k_base = reinterpret_cast<const char*>(p.k_cache) + (long long)kvh * D * G::EB;
     const char* v_base = reinterpret_cast<const char*>(p.v_cache) + (long long)kvh * D * G::EB;
-    const int* index = p.layout == DECODE_LAYOUT_BLOCK_TABLE ? p.block_table + (long long)b * p.max_blocks_per_seq
-                                                             : p.kv_indices + seq.index_start;
+    const int* index = w.index;
 
     for (long long c0 = start; c0 < end; c0 += C) {
         const int n = (int)dap_min_ll(C, end - c0);  // tokens of this chunk
@@ -428,9 +457,10 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, int kvh, int head0, int nheads
             float mx[G::HPW];
 #pragma unroll
             for (int j = 0; j < G::HPW; ++j) {
-                const int h = dap_min(wave + j * G::NW, GQA - 1);
+                const int h = wave + j * G::NW;
                 float v = dap_neg_inf();
-                for (int t = lane; t < n; t += G::WAVE) v = dap_fmax(v, sm.u[h * C + t]);
+                if (h < nheads)  // masked heads (past g) keep m = -inf, l = 0, alpha = 0
+                    for (int t = lane; t < n; t += G::WAVE) v = dap_fmax(v, sm.u[h * C + t]);
                 mx[j] = v;
             }
             dap_xor_max<1, G::WAVE>(mx);
@@ -440,7 +470,7 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, int kvh, int head0, int nheads
                 const int h = wave + j * G::NW;
                 sum[j] = 0.f;
                 m_old[j] = 0.f;
-                if (h < GQA) {
+                if (h < nheads) {
                     m_old[j] = sm.m[h];
                     mx[j] = dap_fmax(m_old[j], mx[j]);  // the new running max
                     for (int t = lane; t < n; t += G::WAVE) {
@@ -455,7 +485,7 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, int kvh, int head0, int nheads
 #pragma unroll
                 for (int j = 0; j < G::HPW; ++j) {
                     const int h = wave + j * G::NW;
-                    if (h < GQA) {
+                    if (h < nheads) {
                         const float alpha = dap_exp2(m_old[j] - mx[j]);  // 0 on the first chunk
                         sm.alpha[h] = alpha;
                         sm.m[h] = mx[j];
@@ -570,19 +600,22 @@ DA_DEVICE void kvgrid_entry(const DecodeParams& p) {
     const int kvh = dap_bid_z();
     const int g = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 0;
     const int head0 = kvh * g;
-    switch (g) {
-#define KVG_CASE(n)                              \
-    case n:                                      \
-        kvgrid_body<T, D, n>(p, kvh, head0, n, smem); \
-        break;
-        KVG_CASE(1) KVG_CASE(2) KVG_CASE(3) KVG_CASE(4) KVG_CASE(5) KVG_CASE(6) KVG_CASE(7) KVG_CASE(8)
-        KVG_CASE(9) KVG_CASE(10) KVG_CASE(11) KVG_CASE(12) KVG_CASE(13) KVG_CASE(14) KVG_CASE(15) KVG_CASE(16)
-#undef KVG_CASE
-        default:
-            // Passes of 16 heads (g < 1 writes nothing: there is no head to write).
-            for (int h = 0; h < g; h += DECODE_KVGRID_MAX_GQA)
-                kvgrid_body<T, D, DECODE_KVGRID_MAX_GQA>(p, kvh, head0 + h, dap_min(DECODE_KVGRID_MAX_GQA, g - h), smem);
-            break;
+    const KvgWork w = kvg_work(p, dap_bid_x(), dap_bid_y());
+    // Surplus splits exit at once (uniform); g < 1 writes nothing (no head to write).
+    if (!w.active || g < 1) return;
+    // The smallest bucket >= g; above 16, passes of 16 (the last one partial).
+    if (g == 1) {
+        kvgrid_body<T, D, 1>(p, w, kvh, head0, 1, smem);
+    } else if (g == 2) {
+        kvgrid_body<T, D, 2>(p, w, kvh, head0, 2, smem);
+    } else if (g <= 4) {
+        kvgrid_body<T, D, 4>(p, w, kvh, head0, g, smem);
+    } else if (g <= 8) {
+        kvgrid_body<T, D, 8>(p, w, kvh, head0, g, smem);
+    } else {
+        for (int h = 0; h < g; h += DECODE_KVGRID_MAX_GQA)
+            kvgrid_body<T, D, DECODE_KVGRID_MAX_GQA>(p, w, kvh, head0 + h, dap_min(DECODE_KVGRID_MAX_GQA, g - h),
+                                                     smem);
     }
 }
 
@@ -668,17 +701,21 @@ DA_DEVICE void kvgrid_reduce_body(const DecodeParams& p) {
 // ---------------------------------------------------------------------------
 // Entry points.
 // ---------------------------------------------------------------------------
-// Workgroups an SM / CU the build asks registers for: 1, i.e. no cap below
-// the hardware's (255 on NVIDIA, 512 VGPRs on gfx90a / gfx942). With the
-// entry's switch over 16 group sizes the kernel's register count is the
-// largest variant's: at 2 (128 registers) every 16-bit entry spilled on sm_80
-// (8-236 bytes), and on AMD a 128-VGPR cap made g = 4, 8 use scratch.
-// TODO: trim the largest variants so that 2 fits (occupancy).
-#ifndef KVG_MIN_BLOCKS
-#define KVG_MIN_BLOCKS 1
+// Workgroups an SM / CU the build asks registers for (launch bounds (256,
+// MB)). MB = 2: at most 128 registers on NVIDIA (two workgroups an SM), 256
+// VGPRs on gfx90a / gfx942. Every 16-bit entry, and f32 at d = 64, 80, 96,
+// 128, 192, fits 128 registers on sm_80 and sm_90 without spills; f32 d = 112
+// and 120 (12 bytes on sm_90) and d = 256 (28 bytes on sm_80) spill there, so
+// they keep MB = 1 (no cap below the hardware's). -DKVG_MIN_BLOCKS=n sets
+// every entry to n.
+#ifdef KVG_MIN_BLOCKS
+#define KVG_MB KVG_MIN_BLOCKS
+#define KVG_MB_F32_WIDE KVG_MIN_BLOCKS
+#else
+#define KVG_MB 2
+#define KVG_MB_F32_WIDE 1  // f32 d112, d120, d256
 #endif
 
-#define KVG_ENTRIES(TNAME, TYPE, D) KVG_ENTRIES_MB(TNAME, TYPE, D, KVG_MIN_BLOCKS)
 #define KVG_ENTRIES_MB(TNAME, TYPE, D, MB)                                                          \
     DA_KERNEL void DAP_LAUNCH_BOUNDS(DECODE_KVGRID_THREADS, MB) decode_kvgrid_##TNAME##_d##D(const DecodeParams p) { \
         kvgrid_entry<TYPE, D>(p);                                                                   \
@@ -699,7 +736,14 @@ DA_DEVICE void kvgrid_reduce_body(const DecodeParams& p) {
     KVG_ENTRIES_MB(TNAME, TYPE, 256, MB)
 
 #ifndef DA_KVGRID_ONLY  // a test can instantiate a subset
-KVG_ALL_DIMS(f32, kvg_f32, KVG_MIN_BLOCKS)
-KVG_ALL_DIMS(f16, kvg_f16, KVG_MIN_BLOCKS)
-KVG_ALL_DIMS(bf16, kvg_bf16, KVG_MIN_BLOCKS)
+KVG_ENTRIES_MB(f32, kvg_f32, 64, KVG_MB)
+KVG_ENTRIES_MB(f32, kvg_f32, 80, KVG_MB)
+KVG_ENTRIES_MB(f32, kvg_f32, 96, KVG_MB)
+KVG_ENTRIES_MB(f32, kvg_f32, 112, KVG_MB_F32_WIDE)
+KVG_ENTRIES_MB(f32, kvg_f32, 120, KVG_MB_F32_WIDE)
+KVG_ENTRIES_MB(f32, kvg_f32, 128, KVG_MB)
+KVG_ENTRIES_MB(f32, kvg_f32, 192, KVG_MB)
+KVG_ENTRIES_MB(f32, kvg_f32, 256, KVG_MB_F32_WIDE)
+KVG_ALL_DIMS(f16, kvg_f16, KVG_MB)
+KVG_ALL_DIMS(bf16, kvg_bf16, KVG_MB)
 #endif

@@ -323,13 +323,16 @@ int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "quick";
     printf("decode_kvgrid under emulation, wave %d\n", DAP_WAVE);
     const int dims[] = {64, 80, 96, 112, 120, 128, 192, 256};
-    const int groups[] = {1, 2, 4, 5, 7, 8, 10, 16, 32};
+    // Buckets {1, 2, 4, 8, 16}: exact (1, 2, 4, 8, 16), inside one (3, 5, 6, 7, 10, 12),
+    // passes of 16 (32, 20: a full pass and a partial one).
+    const int groups[] = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 32};
+    const int ngroups = (int)(sizeof groups / sizeof groups[0]);
     // Every (type, head dim): lengths around a tile and a partition, both
     // layouts and block sizes, partitions of 256 and unsplit, groups in turn.
     int i = 0;
     for (int dt = 0; dt < 3; ++dt)
         for (int d : dims) {
-            const int g1 = groups[i % 9], g2 = groups[(i + 4) % 9];
+            const int g1 = groups[i % ngroups], g2 = groups[(i + 6) % ngroups];
             const int layout = i & 1, bs = (i >> 1) & 1 ? 32 : 16;
             ++i;
             if (quick && d != 128 && d != 80) continue;
@@ -352,6 +355,10 @@ int main(int argc, char** argv) {
     if (!quick) {
         check({F32, 256, 1, 32, 0, 16, {1000, 257}, 0, 16, {}}, "f32 d256 g32");
         check({F32, 120, 2, 7, 1, 16, {4100}, 0, 16, {}}, "f32 d120 g7 4100");
+        check({F16, 80, 2, 3, 0, 16, {700, 0, 33}, 3, 1, {}}, "f16 d80 g3 (bucket 4), 3 splits");
+        check({BF16, 96, 1, 6, 1, 32, {1000, 129}, 0, 16, {}}, "bf16 d96 g6 (bucket 8)");
+        check({F32, 112, 2, 12, 0, 32, {600, 16}, 1, 1, {}}, "f32 d112 g12 (bucket 16) unsplit");
+        check({BF16, 256, 1, 20, 1, 16, {300}, 2, 1, {}}, "bf16 d256 g20 (16 + 4) 2 splits");
         check({BF16, 192, 1, 5, 0, 32, {4100, 2}, 5, 1, {}}, "bf16 d192 5 splits");
     }
     // Guards: NaN for the bad sequence only.
@@ -361,6 +368,8 @@ int main(int argc, char** argv) {
                   "guards: negative, too long");
             check({F16, 64, 1, 5, layout, 32, {100, 700, 300, 400, 50}, ns, 1, {BAD_BLOCK, NONE, BAD_BLOCK, NONE, NONE}},
                   "guards: bad block id / slot");
+            check({BF16, 128, 1, 12, layout, 16, {300, 0, 200}, ns, 1, {NONE, NEG_LEN, BAD_BLOCK}},
+                  "guards: g 12 (bucket 16)");
             if (layout == 1)
                 check({F32, 80, 1, 2, 1, 16, {100, 200, 300, 400}, ns, 1, {NONE, BAD_INDPTR, BAD_INDPTR, NONE}},
                       "guards: bad indptr");
