@@ -42,7 +42,7 @@ pub use decode_attn_cpu::{reference, CpuBackend, CpuBuffer};
 #[cfg(feature = "cuda")]
 pub use decode_attn_cuda::{CudaBackend, CudaBuffer, CudaOptions, DecodeKernel, KernelSource};
 #[cfg(feature = "hip")]
-pub use decode_attn_hip::{HipBackend, HipBuffer};
+pub use decode_attn_hip::{HipBackend, HipBuffer, HipOptions, KernelSource as HipKernelSource};
 
 /// The environment variable [`Backend::from_env`] reads:
 /// `cpu`, `cuda`, `hip`, `cuda:N`, `hip:N` or `auto`.
@@ -158,8 +158,9 @@ fn hip_unavailable_in_this_build() -> Error {
     Error::Unavailable { backend: "hip", reason: "this build of decode-attn has the `hip` feature off".into() }
 }
 
-/// How GPU backends are opened: today, where CUDA kernels come from and
-/// where NVRTC output is cached. The default reads nothing from the
+/// How GPU backends are opened: where their kernels come from (embedded
+/// ahead-of-time code, or the run-time compiler, NVRTC / hiprtc) and where
+/// run-time compiled kernels are cached. The default reads nothing from the
 /// environment and caches nothing on disk; [`BackendOptions::from_env`] is
 /// what the `decode-attn` command uses.
 #[derive(Clone, Debug, Default)]
@@ -167,16 +168,22 @@ fn hip_unavailable_in_this_build() -> Error {
 pub struct BackendOptions {
     #[cfg(feature = "cuda")]
     pub cuda: decode_attn_cuda::CudaOptions,
+    #[cfg(feature = "hip")]
+    pub hip: decode_attn_hip::HipOptions,
 }
 
 impl BackendOptions {
     /// Options from the vendor crates' documented variables:
-    /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc` and the NVRTC cache folder
-    /// (`DECODE_ATTN_CACHE_DIR`, else `$XDG_CACHE_HOME/decode-attn`, else `~/.cache/decode-attn`).
+    /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc`,
+    /// `DECODE_ATTN_HIP_KERNELS=auto|embedded|hiprtc` and the cache folder of
+    /// run-time compiled kernels (`DECODE_ATTN_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/decode-attn`, else `~/.cache/decode-attn`).
     pub fn from_env() -> Result<BackendOptions> {
         Ok(BackendOptions {
             #[cfg(feature = "cuda")]
             cuda: decode_attn_cuda::CudaOptions::from_env()?,
+            #[cfg(feature = "hip")]
+            hip: decode_attn_hip::HipOptions::from_env()?,
         })
     }
 }
@@ -228,14 +235,13 @@ impl Backend {
     }
 
     fn hip_with(ordinal: usize, options: &BackendOptions) -> Result<Backend> {
-        let _ = options; // HIP has no options yet
         #[cfg(feature = "hip")]
         {
-            HipBackend::new(ordinal).map(Backend::Hip)
+            HipBackend::with_options(ordinal, options.hip.clone()).map(Backend::Hip)
         }
         #[cfg(not(feature = "hip"))]
         {
-            let _ = ordinal;
+            let _ = (ordinal, options);
             Err(hip_unavailable_in_this_build())
         }
     }
@@ -717,6 +723,33 @@ mod tests {
         }
         let _ = Backend::auto();
         assert_eq!(Backend::from_spec("cpu").unwrap().name(), "cpu");
+    }
+
+    #[test]
+    fn auto_tries_cuda_then_hip_then_the_cpu() {
+        let (chosen, passed_over) = Backend::auto_with_reasons(&BackendOptions::default());
+        let passed: Vec<&str> = passed_over
+            .iter()
+            .map(|err| match err {
+                Error::Unavailable { backend, .. } | Error::Device { backend, .. } => *backend,
+                _ => "?",
+            })
+            .collect();
+        match chosen.name() {
+            "cuda" => assert!(passed.is_empty(), "{passed_over:?}"),
+            "hip" => assert_eq!(passed, ["cuda"], "{passed_over:?}"),
+            _ => assert_eq!(passed, ["cuda", "hip"], "{passed_over:?}"),
+        }
+    }
+
+    #[test]
+    fn an_explicit_gpu_that_is_absent_is_an_error_not_the_cpu() {
+        for spec in ["hip", "hip:3", "cuda:7"] {
+            match Backend::from_spec(spec) {
+                Ok(backend) => assert_ne!(backend.name(), "cpu", "{spec} fell back to the CPU"),
+                Err(err) => assert!(err.to_string().contains(&spec[..spec.find(':').unwrap_or(spec.len())]), "{err}"),
+            }
+        }
     }
 
     #[test]

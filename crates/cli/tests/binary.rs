@@ -1,0 +1,100 @@
+//! The built `decode-attn` binary itself: it links to no vendor library (the
+//! GPU backends dlopen theirs), and it runs on a machine without a GPU.
+
+use std::path::Path;
+use std::process::Command;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_decode-attn");
+
+/// Libraries the binary must not name as NEEDED: each is loaded at run time.
+const VENDOR_LIBRARIES: &[&str] = &["libcuda", "libnvrtc", "libamdhip64", "libhiprtc", "libnvidia", "libhsa"];
+
+/// The DT_NEEDED entries of a little-endian ELF64 file (what `readelf -d`
+/// lists as NEEDED), read from its section headers without any tool.
+fn needed_libraries(bytes: &[u8]) -> Result<Vec<String>, String> {
+    let u16_at = |at: usize| bytes.get(at..at + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    let u32_at = |at: usize| bytes.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+    let u64_at = |at: usize| bytes.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+    if !bytes.starts_with(b"\x7fELF") || bytes.get(4) != Some(&2) || bytes.get(5) != Some(&1) {
+        return Err("not a little-endian ELF64 file".into());
+    }
+    let shoff = u64_at(0x28).ok_or("truncated header")? as usize;
+    let shentsize = u16_at(0x3a).ok_or("truncated header")? as usize;
+    let shnum = u16_at(0x3c).ok_or("truncated header")? as usize;
+    // (type, offset, size, link) of section `i`.
+    let section = |i: usize| -> Option<(u32, usize, usize, usize)> {
+        let at = shoff + i * shentsize;
+        Some((u32_at(at + 4)?, u64_at(at + 0x18)? as usize, u64_at(at + 0x20)? as usize, u32_at(at + 0x28)? as usize))
+    };
+    const SHT_DYNAMIC: u32 = 6;
+    const DT_NULL: u64 = 0;
+    const DT_NEEDED: u64 = 1;
+    let mut needed = Vec::new();
+    let mut found_dynamic = false;
+    for i in 0..shnum {
+        let (kind, offset, size, link) = section(i).ok_or("truncated section table")?;
+        if kind != SHT_DYNAMIC {
+            continue;
+        }
+        found_dynamic = true;
+        let (_, strtab, strsize, _) = section(link).ok_or("bad string table link")?;
+        for entry in (offset..offset + size).step_by(16) {
+            let tag = u64_at(entry).ok_or("truncated dynamic section")?;
+            if tag == DT_NULL {
+                break;
+            }
+            if tag == DT_NEEDED {
+                let name_at = strtab + u64_at(entry + 8).ok_or("truncated dynamic section")? as usize;
+                let end = bytes[name_at..strtab + strsize].iter().position(|&b| b == 0).ok_or("unterminated name")?;
+                needed.push(String::from_utf8_lossy(&bytes[name_at..name_at + end]).into_owned());
+            }
+        }
+    }
+    if !found_dynamic {
+        return Err("no dynamic section".into());
+    }
+    Ok(needed)
+}
+
+#[test]
+fn the_binary_needs_no_vendor_library() {
+    let bytes = std::fs::read(BINARY).unwrap_or_else(|e| panic!("cannot read {BINARY}: {e}"));
+    let needed = needed_libraries(&bytes).unwrap_or_else(|e| panic!("{BINARY}: {e}"));
+    // The parser works: a Rust binary on glibc always needs libc.
+    assert!(needed.iter().any(|n| n.starts_with("libc.so")), "{BINARY}: NEEDED {needed:?}");
+    let vendor: Vec<&String> = needed.iter().filter(|n| VENDOR_LIBRARIES.iter().any(|v| n.starts_with(v))).collect();
+    assert!(vendor.is_empty(), "{} links to {vendor:?} (NEEDED: {needed:?})", Path::new(BINARY).display());
+}
+
+#[test]
+fn the_binary_runs_and_says_why_each_gpu_backend_is_absent() {
+    let output = Command::new(BINARY)
+        .arg("devices")
+        .env_remove("DECODE_ATTN_BACKEND")
+        .env_remove("DECODE_ATTN_CUDA_KERNELS")
+        .env_remove("DECODE_ATTN_HIP_KERNELS")
+        .output()
+        .expect("run decode-attn devices");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "decode-attn devices failed:\n{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.first().is_some_and(|l| l.starts_with("cpu") && l.contains("available")), "{stdout}");
+    for backend in ["cuda", "hip"] {
+        let line =
+            lines.iter().find(|l| l.starts_with(backend)).unwrap_or_else(|| panic!("no {backend} line:\n{stdout}"));
+        // Usable here, or absent with the reason: name, state, then words.
+        assert!(line.contains("available") || line.contains("absent"), "{line}");
+        assert!(line.split_whitespace().count() >= 3, "no reason given: {line}");
+    }
+    assert!(lines.last().is_some_and(|l| l.starts_with("auto picks ")), "{stdout}");
+}
+
+#[test]
+fn the_elf_reader_rejects_what_is_not_elf() {
+    assert!(needed_libraries(b"#!/bin/sh\n").is_err());
+    assert!(needed_libraries(b"\x7fELF\x01\x01").is_err());
+}
