@@ -113,6 +113,9 @@ fn sources(dir: &Path, extensions: &[&str]) -> Result<Vec<PathBuf>> {
 /// What `kernels` found, for `ci` to hand on to the cargo builds.
 struct KernelTools {
     nvcc: Option<PathBuf>,
+    /// Whether kernels/hip compiled (into target/kernels/hip, which
+    /// crates/hip/build.rs then embeds instead of compiling again).
+    hip: bool,
 }
 
 fn kernels() -> Result<KernelTools> {
@@ -121,8 +124,8 @@ fn kernels() -> Result<KernelTools> {
     let cuda = compile_cuda_kernels(&root);
     let hip = compile_hip_kernels(&root);
     match (cuda, hip) {
-        (Ok(nvcc), Ok(())) => Ok(KernelTools { nvcc }),
-        (Err(err), Ok(())) | (Ok(_), Err(err)) => Err(err),
+        (Ok(nvcc), Ok(hip)) => Ok(KernelTools { nvcc, hip }),
+        (Err(err), Ok(_)) | (Ok(_), Err(err)) => Err(err),
         (Err(cuda), Err(hip)) => Err(format!("{cuda}\n{hip}")),
     }
 }
@@ -344,12 +347,12 @@ fn compile_cuda_kernels(root: &Path) -> Result<Option<PathBuf>> {
 /// NAME.ARCH.hsaco`, ELF, not offload bundles): Debian's clang-19 knows gfx942,
 /// which its hipcc 5.2 does not. The toolchain is installed only when there is
 /// something to compile ([`ensure_hip_toolchain`]).
-fn compile_hip_kernels(root: &Path) -> Result<()> {
+fn compile_hip_kernels(root: &Path) -> Result<bool> {
     let dir = root.join("kernels/hip");
     let files = sources(&dir, &["hip", "cpp"])?;
     if files.is_empty() {
         println!("kernels/hip: no .hip or .cpp sources, nothing to compile");
-        return Ok(());
+        return Ok(false);
     }
     let clang = ensure_hip_toolchain()?;
     let device_libs = hip_device_libs(root)?;
@@ -399,7 +402,7 @@ fn compile_hip_kernels(root: &Path) -> Result<()> {
         }
     }
     if failed.is_empty() {
-        Ok(())
+        Ok(true)
     } else {
         Err(format!("kernels/hip: {} failed: {}", failed.len(), failed.join(", ")))
     }
@@ -481,6 +484,12 @@ fn ci() -> Result<()> {
         if let Some(nvcc) = &tools.nvcc {
             // crates/cuda/build.rs: use this nvcc, and fail rather than fall back to NVRTC.
             cmd.env("DECODE_ATTN_NVCC", nvcc).env("DECODE_ATTN_REQUIRE_NVCC", "1");
+        }
+        if tools.hip {
+            // crates/hip/build.rs: embed the code objects just compiled into
+            // target/kernels/hip (no second compile), and fail rather than
+            // leave them to hiprtc.
+            cmd.env("DECODE_ATTN_REQUIRE_HIP_AOT", "1");
         }
     };
 
