@@ -8,7 +8,9 @@
 //!   object compiled at build time for the device's architecture (gfx90a,
 //!   gfx942) when build.rs found a compiler; otherwise, or for any other
 //!   architecture, the embedded source compiled by hiprtc at first use for
-//!   the device's exact `gcnArchName` and cached on disk.
+//!   the device's exact `gcnArchName` and cached on disk. (clang-19 writes
+//!   code object v5, which ROCm 5.x runtimes before v5 support refuse: `Auto`
+//!   then falls back to hiprtc, which emits what the runtime loads.)
 //!
 //! Layering follows cudarc: [`sys`] holds the raw C signatures, [`runtime`]
 //! and [`hiprtc`] the checked calls (every failure an [`Error`] naming the
@@ -644,6 +646,13 @@ mod tests {
     fn problem(heads: usize, kv_heads: usize, dtypes: DTypes, seq_lens: Vec<u32>) -> DecodeProblem {
         let shape = AttentionShape::new(heads, kv_heads, 128).unwrap();
         DecodeProblem::new(shape, dtypes, KvLayout::block_table(16), seq_lens).unwrap()
+    }
+
+    #[test]
+    fn backend_and_buffers_can_be_shared_across_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<HipBackend>();
+        send_sync::<HipBuffer>();
     }
 
     #[test]
