@@ -39,6 +39,17 @@ pub const DECODE_THREADS: u32 = 128;
 /// stages (DECODE_STREAM_RING_BYTES in kernels/cuda/decode_stream.cuh).
 pub const STREAM_RING_BYTES: u32 = 65536;
 
+/// Dynamic shared memory of every tensor-core kernel launch
+/// (DECODE_MMA_RING_BYTES in kernels/cuda/decode_mma.cuh).
+pub const MMA_RING_BYTES: u32 = 98304;
+
+/// Query heads one CTA of the tensor-core kernel serves (the mma's M).
+pub const MMA_HEADS_PER_CTA: usize = 16;
+
+/// The largest head dim the tensor-core kernel has (its accumulators live in
+/// registers); wider heads run on the stream kernel.
+pub const MMA_MAX_HEAD_DIM: usize = 128;
+
 /// Query heads times head dim that one CTA of the staged kernel can hold (it
 /// stages the whole query group in shared memory). The stream kernel has no
 /// limit: groups larger than 8 heads are served by several CTAs per KV head.
@@ -49,9 +60,20 @@ mod embedded {
 }
 
 const DECODE_SOURCE: &str = include_str!("../../../kernels/cuda/decode.cu");
+/// The portable kv-head-grid kernel of the HIP backend, built here as CUDA
+/// (through NVRTC, at first use) so that its indexing and merging run the
+/// conformance suite on NVIDIA hardware.
+const KVGRID_SOURCE: &str = include_str!("../../../kernels/hip/decode_kvgrid.hip");
+const KVGRID_HEADERS: &[(&str, &str)] = &[
+    ("da_portable.h", include_str!("../../../kernels/hip/da_portable.h")),
+    ("decode_params.h", include_str!("../../../kernels/cuda/decode_params.h")),
+];
+/// Threads per workgroup of the kv-head-grid kernel (DECODE_KVGRID_THREADS).
+pub const KVGRID_THREADS: u32 = 256;
 const KERNEL_HEADERS: &[(&str, &str)] = &[
     ("decode_params.h", include_str!("../../../kernels/cuda/decode_params.h")),
     ("decode_stream.cuh", include_str!("../../../kernels/cuda/decode_stream.cuh")),
+    ("decode_mma.cuh", include_str!("../../../kernels/cuda/decode_mma.cuh")),
 ];
 
 /// Where kernels come from.
@@ -66,16 +88,27 @@ pub enum KernelSource {
     Nvrtc,
 }
 
-/// Which decode kernel runs. Both compute the same function and execute the
+/// Which decode kernel runs. All compute the same function and execute the
 /// same plan; the conformance suite runs each.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DecodeKernel {
-    /// kernels/cuda/decode_stream.cuh: warps stream their own tokens through
-    /// registers, 16-byte loads of a whole iteration in flight. The fast one.
+    /// The tensor-core kernel where it applies (f16 and bf16 with head_dim
+    /// up to 128), the stream kernel elsewhere.
     #[default]
+    Auto,
+    /// kernels/cuda/decode_mma.cuh: QK^T and PV as mma.m16n8k16 on 16-token
+    /// tiles, up to 16 query heads per CTA. f16/bf16, head_dim <= 128 only.
+    Mma,
+    /// kernels/cuda/decode_stream.cuh: warps stream their own tokens through
+    /// a per-warp cp.async ring; CUDA-core math. Every dtype and head dim.
     Stream,
     /// The shared-memory kernel of decode.cu (cp.async ring of K/V tiles).
     Staged,
+    /// kernels/hip/decode_kvgrid.hip, the HIP backend's portable kernel,
+    /// compiled by NVRTC when the backend opens: grid (num_seqs, num_splits,
+    /// num_kv_heads), one workgroup per KV head's query group. Here to test
+    /// the HIP kernel's logic on NVIDIA GPUs, not for speed.
+    KvGrid,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -93,7 +126,7 @@ pub struct CudaOptions {
 impl CudaOptions {
     /// Documented entry point that reads the environment:
     /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc`,
-    /// `DECODE_ATTN_CUDA_KERNEL=stream|staged`, `DECODE_ATTN_CUDA_HEADS_PER_CTA=1|2|4|8`
+    /// `DECODE_ATTN_CUDA_KERNEL=auto|mma|stream|staged|kvgrid`, `DECODE_ATTN_CUDA_HEADS_PER_CTA=1|2|4|8`
     /// and the cache folder of
     /// [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
@@ -109,12 +142,15 @@ impl CudaOptions {
             }
         };
         let kernel = match std::env::var("DECODE_ATTN_CUDA_KERNEL").ok().as_deref() {
-            None | Some("") | Some("stream") => DecodeKernel::Stream,
+            None | Some("") | Some("auto") => DecodeKernel::Auto,
+            Some("mma") => DecodeKernel::Mma,
+            Some("stream") => DecodeKernel::Stream,
             Some("staged") => DecodeKernel::Staged,
+            Some("kvgrid") => DecodeKernel::KvGrid,
             Some(other) => {
                 return Err(Error::Unsupported {
                     backend: BACKEND,
-                    what: format!("DECODE_ATTN_CUDA_KERNEL={other:?} (expected stream or staged)"),
+                    what: format!("DECODE_ATTN_CUDA_KERNEL={other:?} (expected auto, mma, stream, staged or kvgrid)"),
                 })
             }
         };
@@ -176,6 +212,8 @@ pub struct CudaBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     module: Arc<CudaModule>,
+    /// The kv-head-grid kernel's module, when that kernel is selected.
+    kvgrid_module: Option<Arc<CudaModule>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
     props: DeviceProps,
     kernel_origin: String,
@@ -203,7 +241,16 @@ impl CudaBackend {
         // keeps graph capture free of stray event records.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(driver_error)?;
-        let (module, kernel_origin) = load_module(&ctx, &options)?;
+        let (module, mut kernel_origin) = load_module(&ctx, &options)?;
+        let kvgrid_module = if options.kernel == DecodeKernel::KvGrid {
+            let arch = ctx.compute_capability().map_err(driver_error)?;
+            let source = nvrtc::Source { name: "decode_kvgrid.hip", text: KVGRID_SOURCE, headers: KVGRID_HEADERS };
+            let cubin = nvrtc::compile_cubin(&source, arch, options.cache_dir.as_deref())?;
+            kernel_origin.push_str(&format!("; kv-head-grid kernel: NVRTC, sm_{}{}", arch.0, arch.1));
+            Some(ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(driver_error)?)
+        } else {
+            None
+        };
         let attr = |a| ctx.attribute(a).map_err(driver_error);
         let num_sms = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         // Peak = memory clock (kHz) * 2 (double data rate) * bus width (bytes);
@@ -223,18 +270,25 @@ impl CudaBackend {
             ctx,
             stream,
             module,
+            kvgrid_module,
             functions: Mutex::new(HashMap::new()),
             kernel_origin,
             kernel: options.kernel,
             max_heads_per_cta: if options.max_heads_per_cta == 0 { 8 } else { options.max_heads_per_cta },
         };
         // The planner's occupancy: Llama-shaped groups of the kernel in use.
-        let (probe, dynamic_smem) = match options.kernel {
-            DecodeKernel::Stream => (backend.function("decode_stream_bf16_d128_h4")?, STREAM_RING_BYTES as usize),
-            DecodeKernel::Staged => (backend.function("decode_attn_bf16_d128")?, 0),
+        let (probe, dynamic_smem, threads) = match options.kernel {
+            DecodeKernel::Auto | DecodeKernel::Mma => {
+                (backend.function("decode_mma_bf16_d128")?, MMA_RING_BYTES as usize, DECODE_THREADS)
+            }
+            DecodeKernel::Stream => {
+                (backend.function("decode_stream_bf16_d128_h4")?, STREAM_RING_BYTES as usize, DECODE_THREADS)
+            }
+            DecodeKernel::Staged => (backend.function("decode_attn_bf16_d128")?, 0, DECODE_THREADS),
+            DecodeKernel::KvGrid => (backend.function("decode_kvgrid_bf16_d128")?, 0, KVGRID_THREADS),
         };
         backend.props.ctas_per_sm = probe
-            .occupancy_max_active_blocks_per_multiprocessor(DECODE_THREADS, dynamic_smem, None)
+            .occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem, None)
             .map_err(driver_error)?
             .max(1);
         Ok(backend)
@@ -285,15 +339,28 @@ impl CudaBackend {
         if let Some(f) = functions.get(name) {
             return Ok(f.clone());
         }
-        let f = self.module.load_function(name).map_err(|e| Error::Device {
+        let module = match &self.kvgrid_module {
+            Some(kvgrid) if name.starts_with("decode_kvgrid_") => kvgrid,
+            _ => &self.module,
+        };
+        let f = module.load_function(name).map_err(|e| Error::Device {
             backend: BACKEND,
             message: format!("kernel {name} missing from the loaded module ({}): {e}", self.kernel_origin),
         })?;
-        if name.starts_with("decode_stream_") && !name.starts_with("decode_stream_reduce_") {
+        let ring_bytes = if name.starts_with("decode_stream_reduce_") {
+            0
+        } else if name.starts_with("decode_stream_") {
+            STREAM_RING_BYTES
+        } else if name.starts_with("decode_mma_") {
+            MMA_RING_BYTES
+        } else {
+            0
+        };
+        if ring_bytes > 0 {
             // Above 48 KB of dynamic shared memory needs an explicit opt-in per function.
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                STREAM_RING_BYTES as i32,
+                ring_bytes as i32,
             )
             .map_err(driver_error)?;
         }
@@ -359,6 +426,20 @@ fn stream_heads_per_cta(group_size: usize) -> usize {
     }
 }
 
+/// One decode call's launches: the kernel, its reducer (split plans only).
+struct Launch {
+    main: String,
+    reduce: String,
+    grid: (u32, u32, u32),
+    threads: u32,
+    shared_mem_bytes: u32,
+}
+
+/// Whether the tensor-core kernel has an instantiation for `problem`.
+fn mma_applies(problem: &DecodeProblem) -> bool {
+    matches!(problem.dtypes.q, DType::F16 | DType::Bf16) && problem.shape.head_dim <= MMA_MAX_HEAD_DIM
+}
+
 fn dtype_suffix(dtype: DType) -> &'static str {
     match dtype {
         DType::F32 => "f32",
@@ -388,6 +469,16 @@ impl DecodeAttention for CudaBackend {
                 kv: d.kv,
                 out: d.out,
                 why: "the CUDA kernels take one element type for Q, KV and output",
+            });
+        }
+        if self.kernel == DecodeKernel::Mma && !mma_applies(problem) {
+            return Err(Error::Unsupported {
+                backend: BACKEND,
+                what: format!(
+                    "the tensor-core kernel (DECODE_ATTN_CUDA_KERNEL=mma) takes f16 or bf16 with head_dim <= \
+                     {MMA_MAX_HEAD_DIM}, not {:?} at head_dim {}",
+                    problem.dtypes.q, problem.shape.head_dim
+                ),
             });
         }
         let group_elems = problem.shape.group_size() * problem.shape.head_dim;
@@ -485,31 +576,59 @@ impl DecodeAttention for CudaBackend {
             _pad: 0,
         };
         let suffix = format!("{}_d{}", dtype_suffix(problem.dtypes.q), shape.head_dim);
-        let (main, reduce_name, head_groups, shared_mem_bytes) = match self.kernel {
+        let num_seqs = problem.num_seqs() as u32;
+        let num_kv_heads = shape.num_kv_heads as u32;
+        let kernel = match self.kernel {
+            DecodeKernel::Auto if mma_applies(problem) => DecodeKernel::Mma,
+            DecodeKernel::Auto => DecodeKernel::Stream,
+            chosen => chosen,
+        };
+        let launch = match kernel {
+            DecodeKernel::Auto | DecodeKernel::Mma => Launch {
+                main: format!("decode_mma_{suffix}"),
+                reduce: format!("decode_stream_reduce_{suffix}"),
+                grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(MMA_HEADS_PER_CTA) as u32, num_splits),
+                threads: DECODE_THREADS,
+                shared_mem_bytes: MMA_RING_BYTES,
+            },
             DecodeKernel::Stream => {
                 let heads = stream_heads_per_cta(shape.group_size()).min(self.max_heads_per_cta);
-                let main = self.function(&format!("decode_stream_{suffix}_h{heads}"))?;
-                (main, format!("decode_stream_reduce_{suffix}"), shape.group_size().div_ceil(heads), STREAM_RING_BYTES)
+                Launch {
+                    main: format!("decode_stream_{suffix}_h{heads}"),
+                    reduce: format!("decode_stream_reduce_{suffix}"),
+                    grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(heads) as u32, num_splits),
+                    threads: DECODE_THREADS,
+                    shared_mem_bytes: STREAM_RING_BYTES,
+                }
             }
-            DecodeKernel::Staged => {
-                (self.function(&format!("decode_attn_{suffix}"))?, format!("decode_attn_reduce_{suffix}"), 1, 0)
-            }
+            DecodeKernel::Staged => Launch {
+                main: format!("decode_attn_{suffix}"),
+                reduce: format!("decode_attn_reduce_{suffix}"),
+                grid: (num_seqs, num_kv_heads, num_splits),
+                threads: DECODE_THREADS,
+                shared_mem_bytes: 0,
+            },
+            DecodeKernel::KvGrid => Launch {
+                main: format!("decode_kvgrid_{suffix}"),
+                reduce: format!("decode_kvgrid_reduce_{suffix}"),
+                grid: (num_seqs, num_splits, num_kv_heads),
+                threads: KVGRID_THREADS,
+                shared_mem_bytes: 0,
+            },
         };
-        let config = LaunchConfig {
-            grid_dim: (problem.num_seqs() as u32, (shape.num_kv_heads * head_groups) as u32, num_splits),
-            block_dim: (DECODE_THREADS, 1, 1),
-            shared_mem_bytes,
-        };
+        let main = self.function(&launch.main)?;
+        let config =
+            LaunchConfig { grid_dim: launch.grid, block_dim: (launch.threads, 1, 1), shared_mem_bytes: launch.shared_mem_bytes };
         // SAFETY: `params` matches the kernel's `DecodeParams` (size-checked in
         // params.rs); every address in it points into a live allocation whose
         // size `DecodeArgs::check` verified against the plan, and the kernel
         // bounds-checks block ids, slots and lengths that live in device memory.
         unsafe { self.stream.launch_builder(&main).arg(&params).launch(config) }.map_err(driver_error)?;
         if split {
-            let reduce = self.function(&reduce_name)?;
+            let reduce = self.function(&launch.reduce)?;
             let config = LaunchConfig {
-                grid_dim: (problem.num_seqs() as u32, shape.num_q_heads as u32, 1),
-                block_dim: (DECODE_THREADS, 1, 1),
+                grid_dim: (num_seqs, shape.num_q_heads as u32, 1),
+                block_dim: (launch.threads, 1, 1),
                 shared_mem_bytes: 0,
             };
             // SAFETY: as above; the reducer reads the partial rows the first
