@@ -111,7 +111,12 @@ DA_DEVICE void dap_barrier() {
 }
 DA_DEVICE float dap_u2f(unsigned u) { return __builtin_bit_cast(float, u); }
 DA_DEVICE unsigned dap_f2u(float f) { return __builtin_bit_cast(unsigned, f); }
+#if __has_builtin(__builtin_amdgcn_exp2f)
 DA_DEVICE float dap_exp2(float x) { return __builtin_amdgcn_exp2f(x); }  // v_exp_f32
+#else
+// ROCm 5's hiprtc (clang 15) lacks the builtin; the library exp2 lowers to the same instruction.
+DA_DEVICE float dap_exp2(float x) { return __builtin_exp2f(x); }
+#endif
 DA_DEVICE float dap_fmax(float a, float b) { return __builtin_fmaxf(a, b); }
 DA_DEVICE float dap_fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 DA_DEVICE int dap_ld_i32(const int* p) { return *p; }

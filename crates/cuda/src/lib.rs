@@ -617,8 +617,11 @@ impl DecodeAttention for CudaBackend {
             },
         };
         let main = self.function(&launch.main)?;
-        let config =
-            LaunchConfig { grid_dim: launch.grid, block_dim: (launch.threads, 1, 1), shared_mem_bytes: launch.shared_mem_bytes };
+        let config = LaunchConfig {
+            grid_dim: launch.grid,
+            block_dim: (launch.threads, 1, 1),
+            shared_mem_bytes: launch.shared_mem_bytes,
+        };
         // SAFETY: `params` matches the kernel's `DecodeParams` (size-checked in
         // params.rs); every address in it points into a live allocation whose
         // size `DecodeArgs::check` verified against the plan, and the kernel
