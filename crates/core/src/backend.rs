@@ -122,11 +122,11 @@ impl<B: DeviceBuffer> DecodeArgs<'_, B> {
                 return Err(Error::PlanMismatch { planned: planned.to_string(), given: given.describe().into() })
             }
         };
-        if (self.workspace.len_bytes() as u64) < plan.workspace_bytes {
-            return Err(Error::WorkspaceTooSmall {
-                needed: plan.workspace_bytes as usize,
-                actual: self.workspace.len_bytes(),
-            });
+        // The kernels write the partial rows the rule implies (see
+        // abi::DecodeParams::new), whatever a hand-edited plan says it needs.
+        let needed = plan.workspace_bytes.max(partial_state_bytes(plan));
+        if (self.workspace.len_bytes() as u64) < needed {
+            return Err(Error::WorkspaceTooSmall { needed: needed as usize, actual: self.workspace.len_bytes() });
         }
         let softmax_scale = self.softmax_scale.unwrap_or_else(|| p.shape.default_scale());
         if !(softmax_scale.is_finite() && softmax_scale > 0.0) {
@@ -134,6 +134,18 @@ impl<B: DeviceBuffer> DecodeArgs<'_, B> {
         }
         Ok(CheckedArgs { num_slots: kv / slot_bytes, softmax_scale, index_len })
     }
+}
+
+/// Bytes of split-K partial state a GPU launch of `plan` writes into the
+/// workspace: `partial_acc` (f32 `[num_seqs, num_q_heads, num_splits,
+/// head_dim]`) then `partial_ml` (f32 `[.., num_splits, 2]`); 0 unsplit.
+pub fn partial_state_bytes(plan: &Plan) -> u64 {
+    let shape = plan.problem.shape;
+    if plan.rule.num_splits <= 1 {
+        return 0;
+    }
+    let rows = plan.problem.num_seqs() as u64 * shape.num_q_heads as u64 * plan.rule.num_splits as u64;
+    rows * (shape.head_dim as u64 + 2) * 4
 }
 
 /// The two-way state merge: `out = merge((prefix, prefix_lse), (suffix, suffix_lse))`.

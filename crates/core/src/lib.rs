@@ -7,13 +7,19 @@
 //!   [`Plan`] (grid, split counts, scratch sizes, and the reason).
 //! * [`backend`]: the [`DecodeAttention`] trait every backend implements.
 //! * [`merge`]: the two-way attention-state merge, on the host.
+//! * [`kernel_cache`]: the disk cache of kernels compiled at run time.
+//! * [`abi`]: the GPU kernels' launch parameters (decode_params.h), filled
+//!   from a plan once for every GPU backend.
 //!
 //! Data flows one way: problem -> [`plan::plan`] -> [`Plan`] ->
-//! [`DecodeAttention::decode`]. Nothing here touches a device.
+//! [`DecodeAttention::decode`]. Nothing here touches a device
+//! (the kernel cache touches only files).
 
+pub mod abi;
 pub mod backend;
 pub mod dtype;
 pub mod error;
+pub mod kernel_cache;
 pub mod layout;
 pub mod merge;
 pub mod plan;

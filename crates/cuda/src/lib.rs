@@ -23,12 +23,12 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg,
 };
 use decode_attn_core::{
-    DType, DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, KvIndexBuffers, KvLayout,
-    MergeArgs, Plan, Result,
+    DType, DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, MergeArgs, Plan, Result,
 };
 
+use decode_attn_core::abi::{DecodeParams, MergeParams};
 pub use nvrtc::{default_cache_dir, NVRTC_CANDIDATES};
-use params::{DecodeParams, MergeParams, LAYOUT_BLOCK_TABLE, LAYOUT_TOKEN_INDICES};
+use params::ByValue;
 
 const BACKEND: &str = "cuda";
 
@@ -536,45 +536,9 @@ impl DecodeAttention for CudaBackend {
             return Ok(());
         }
         let shape = problem.shape;
-        let (layout, block_size, max_blocks_per_seq, block_table, kv_indptr, kv_indices) = match args.kv_index {
-            KvIndexBuffers::BlockTable { table, max_blocks_per_seq } => {
-                let KvLayout::BlockTable { kernel_block_size, .. } = problem.layout else {
-                    unreachable!("DecodeArgs::check matched the layouts")
-                };
-                (LAYOUT_BLOCK_TABLE, kernel_block_size, max_blocks_per_seq, self.ptr(table), 0, 0)
-            }
-            KvIndexBuffers::TokenIndices { indptr, indices } => {
-                (LAYOUT_TOKEN_INDICES, 0, 0, 0, self.ptr(indptr), self.ptr(indices))
-            }
-        };
-        let num_splits = plan.rule.num_splits;
+        let params = ByValue(DecodeParams::new(plan, &args, &checked, |buffer, _| Ok(self.ptr(buffer)))?);
+        let num_splits = params.0.num_splits as u32;
         let split = num_splits > 1;
-        let workspace = self.ptr(args.workspace);
-        let acc_bytes = (problem.num_seqs() * shape.num_q_heads * num_splits as usize * shape.head_dim * 4) as u64;
-        let params = DecodeParams {
-            q: self.ptr(args.q),
-            k_cache: self.ptr(args.k_cache),
-            v_cache: self.ptr(args.v_cache),
-            out: self.ptr(args.out),
-            seq_lens: self.ptr(args.seq_lens),
-            block_table,
-            kv_indptr,
-            kv_indices,
-            partial_acc: if split { workspace } else { 0 },
-            partial_ml: if split { workspace + acc_bytes } else { 0 },
-            num_slots: checked.num_slots as i64,
-            num_indices: if layout == LAYOUT_TOKEN_INDICES { checked.index_len as i64 } else { 0 },
-            num_seqs: problem.num_seqs() as i32,
-            num_q_heads: shape.num_q_heads as i32,
-            num_kv_heads: shape.num_kv_heads as i32,
-            layout,
-            block_size: block_size as i32,
-            max_blocks_per_seq: max_blocks_per_seq as i32,
-            num_splits: num_splits as i32,
-            min_tiles_per_split: plan.rule.min_tiles_per_split as i32,
-            scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
-            _pad: 0,
-        };
         let suffix = format!("{}_d{}", dtype_suffix(problem.dtypes.q), shape.head_dim);
         let num_seqs = problem.num_seqs() as u32;
         let num_kv_heads = shape.num_kv_heads as u32;
@@ -623,7 +587,7 @@ impl DecodeAttention for CudaBackend {
             shared_mem_bytes: launch.shared_mem_bytes,
         };
         // SAFETY: `params` matches the kernel's `DecodeParams` (size-checked in
-        // params.rs); every address in it points into a live allocation whose
+        // core's abi tests); every address in it points into a live allocation whose
         // size `DecodeArgs::check` verified against the plan, and the kernel
         // bounds-checks block ids, slots and lengths that live in device memory.
         unsafe { self.stream.launch_builder(&main).arg(&params).launch(config) }.map_err(driver_error)?;
@@ -646,7 +610,7 @@ impl DecodeAttention for CudaBackend {
         if args.num_tokens == 0 || args.num_heads == 0 {
             return Ok(());
         }
-        let params = MergeParams {
+        let params = ByValue(MergeParams {
             prefix: self.ptr(args.prefix),
             prefix_lse: self.ptr(args.prefix_lse),
             suffix: self.ptr(args.suffix),
@@ -657,7 +621,7 @@ impl DecodeAttention for CudaBackend {
             num_heads: args.num_heads as i32,
             head_dim: args.head_dim as i32,
             _pad: 0,
-        };
+        });
         let f = self.function(&format!("merge_attn_states_{}", dtype_suffix(args.dtype)))?;
         let config = LaunchConfig {
             grid_dim: (args.num_tokens as u32, args.num_heads as u32, 1),

@@ -6,10 +6,11 @@
 //! missing NVRTC is an error value naming every library tried.
 
 use std::ffi::{c_char, c_int, CStr, CString};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use decode_attn_core::kernel_cache::{cache_key, cached_or_compile};
+pub use decode_attn_core::kernel_cache::{default_cache_dir, Source};
 use decode_attn_core::{Error, Result};
-use sha2::{Digest, Sha256};
 
 const BACKEND: &str = "cuda";
 
@@ -92,13 +93,6 @@ impl Nvrtc {
     }
 }
 
-/// One source file and the headers it includes by name.
-pub struct Source<'a> {
-    pub name: &'a str,
-    pub text: &'a str,
-    pub headers: &'a [(&'a str, &'a str)],
-}
-
 /// Compiles `source` to a cubin for `sm_{major}{minor}`, or returns the cached
 /// cubin of an identical earlier compile (same source, headers, options,
 /// architecture and NVRTC version) from `cache_dir`.
@@ -106,39 +100,9 @@ pub fn compile_cubin(source: &Source<'_>, arch: (i32, i32), cache_dir: Option<&P
     let nvrtc = Nvrtc::load()?;
     let options =
         [format!("--gpu-architecture=sm_{}{}", arch.0, arch.1), "-std=c++17".into(), "-default-device".into()];
-    let key = cache_key(source, &options, nvrtc.version());
+    let key = cache_key("nvrtc", source, &options, nvrtc.version());
     let cached = cache_dir.map(|dir| dir.join(format!("{key}.cubin")));
-    if let Some(bytes) = cached.as_deref().and_then(|path| std::fs::read(path).ok()) {
-        return Ok(bytes);
-    }
-    let cubin = compile_uncached(&nvrtc, source, &options)?;
-    if let Some(path) = &cached {
-        // The cache only saves time: failing to write it is not an error.
-        let _ = write_atomically(path, &cubin);
-    }
-    Ok(cubin)
-}
-
-fn cache_key(source: &Source<'_>, options: &[String], version: (i32, i32)) -> String {
-    let mut hash = Sha256::new();
-    for part in [source.name, source.text].into_iter().chain(source.headers.iter().flat_map(|(n, t)| [*n, *t])) {
-        hash.update((part.len() as u64).to_le_bytes());
-        hash.update(part.as_bytes());
-    }
-    for option in options {
-        hash.update(option.as_bytes());
-        hash.update([0]);
-    }
-    hash.update(format!("nvrtc {}.{}", version.0, version.1).as_bytes());
-    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.{}", std::process::id(), path.file_name().and_then(|n| n.to_str()).unwrap_or("x")));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    cached_or_compile(cached.as_deref(), |_| true, || compile_uncached(&nvrtc, source, &options))
 }
 
 fn cstring(text: &str) -> Result<CString> {
@@ -202,34 +166,5 @@ fn program_log(nvrtc: &Nvrtc, program: Program) -> String {
         let mut log = vec![0u8; size.max(1)];
         (nvrtc.log)(program, log.as_mut_ptr().cast());
         CStr::from_bytes_until_nul(&log).map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
-    }
-}
-
-/// Where compiled kernels are cached when the caller names no folder:
-/// `$DECODE_ATTN_CACHE_DIR`, else `$XDG_CACHE_HOME/decode-attn`, else
-/// `$HOME/.cache/decode-attn`. This is the documented place where the CUDA
-/// backend reads the environment (see `CudaOptions::from_env`).
-pub fn default_cache_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("DECODE_ATTN_CACHE_DIR") {
-        return Some(PathBuf::from(dir));
-    }
-    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(dir).join("decode-attn"));
-    }
-    std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache").join("decode-attn"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cache_key_depends_on_everything() {
-        let a = Source { name: "k.cu", text: "x", headers: &[("h.h", "y")] };
-        let b = Source { name: "k.cu", text: "x", headers: &[("h.h", "z")] };
-        let opts = ["--gpu-architecture=sm_90".to_string()];
-        assert_ne!(cache_key(&a, &opts, (13, 0)), cache_key(&b, &opts, (13, 0)));
-        assert_ne!(cache_key(&a, &opts, (13, 0)), cache_key(&a, &opts, (12, 9)));
-        assert_eq!(cache_key(&a, &opts, (13, 0)), cache_key(&a, &opts, (13, 0)));
     }
 }

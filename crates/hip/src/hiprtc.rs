@@ -7,10 +7,11 @@
 //! architecture named in `--offload-arch`.
 
 use std::ffi::{c_char, c_int, CStr, CString, OsStr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use decode_attn_core::kernel_cache::{cache_key, cached_or_compile};
+pub use decode_attn_core::kernel_cache::{default_cache_dir, Source};
 use decode_attn_core::{Error, Result};
-use sha2::{Digest, Sha256};
 
 use crate::sys::{self, HiprtcApi};
 
@@ -27,14 +28,6 @@ pub struct Hiprtc {
     pub library: String,
     // Keeps the library mapped while the pointers in `api` are in use.
     _lib: libloading::Library,
-}
-
-/// One source file and the headers it includes, by the names it includes them as.
-#[derive(Clone, Copy, Debug)]
-pub struct Source<'a> {
-    pub name: &'a str,
-    pub text: &'a str,
-    pub headers: &'a [(&'a str, &'a str)],
 }
 
 fn device_error(message: String) -> Error {
@@ -104,19 +97,10 @@ impl Hiprtc {
     /// and hiprtc version) from `cache_dir`.
     pub fn compile(&self, source: &Source<'_>, arch: &str, cache_dir: Option<&Path>) -> Result<Vec<u8>> {
         let options = compile_options(arch);
-        let key = cache_key(source, &options, self.version());
-        let cached: Option<PathBuf> = cache_dir.map(|dir| dir.join(format!("hip-{key}.hsaco")));
-        if let Some(bytes) = cached.as_deref().and_then(|path| std::fs::read(path).ok()) {
-            if bytes.starts_with(b"\x7fELF") {
-                return Ok(bytes);
-            }
-        }
-        let code = self.compile_uncached(source, &options)?;
-        if let Some(path) = &cached {
-            // The cache only saves time: failing to write it is not an error.
-            let _ = write_atomically(path, &code);
-        }
-        Ok(code)
+        let key = cache_key("hiprtc", source, &options, self.version());
+        let cached = cache_dir.map(|dir| dir.join(format!("hip-{key}.hsaco")));
+        let is_elf = |bytes: &[u8]| bytes.starts_with(b"\x7fELF");
+        cached_or_compile(cached.as_deref(), is_elf, || self.compile_uncached(source, &options))
     }
 
     fn compile_uncached(&self, source: &Source<'_>, options: &[String]) -> Result<Vec<u8>> {
@@ -197,42 +181,6 @@ fn cstring(text: &str) -> Result<CString> {
     CString::new(text).map_err(|_| device_error("kernel source contains a NUL byte".into()))
 }
 
-fn cache_key(source: &Source<'_>, options: &[String], version: (i32, i32)) -> String {
-    let mut hash = Sha256::new();
-    for part in [source.name, source.text].into_iter().chain(source.headers.iter().flat_map(|(n, t)| [*n, *t])) {
-        hash.update((part.len() as u64).to_le_bytes());
-        hash.update(part.as_bytes());
-    }
-    for option in options {
-        hash.update(option.as_bytes());
-        hash.update([0]);
-    }
-    hash.update(format!("hiprtc {}.{}", version.0, version.1).as_bytes());
-    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.{}", std::process::id(), path.file_name().and_then(|n| n.to_str()).unwrap_or("x")));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
-}
-
-/// Where compiled kernels are cached when the caller names no folder:
-/// `$DECODE_ATTN_CACHE_DIR`, else `$XDG_CACHE_HOME/decode-attn`, else
-/// `$HOME/.cache/decode-attn` (the CUDA backend's folder too). Read only by
-/// [`crate::HipOptions::from_env`], the documented entry point.
-pub fn default_cache_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("DECODE_ATTN_CACHE_DIR") {
-        return Some(PathBuf::from(dir));
-    }
-    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(dir).join("decode-attn"));
-    }
-    std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache").join("decode-attn"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,10 +191,10 @@ mod tests {
         let b = Source { name: "k.hip", text: "x", headers: &[("h.h", "z")] };
         let gfx942 = compile_options("gfx942");
         let gfx90a = compile_options("gfx90a");
-        assert_ne!(cache_key(&a, &gfx942, (6, 2)), cache_key(&b, &gfx942, (6, 2)));
-        assert_ne!(cache_key(&a, &gfx942, (6, 2)), cache_key(&a, &gfx90a, (6, 2)));
-        assert_ne!(cache_key(&a, &gfx942, (6, 2)), cache_key(&a, &gfx942, (6, 3)));
-        assert_eq!(cache_key(&a, &gfx942, (6, 2)), cache_key(&a, &gfx942, (6, 2)));
+        assert_ne!(cache_key("hiprtc", &a, &gfx942, (6, 2)), cache_key("hiprtc", &b, &gfx942, (6, 2)));
+        assert_ne!(cache_key("hiprtc", &a, &gfx942, (6, 2)), cache_key("hiprtc", &a, &gfx90a, (6, 2)));
+        assert_ne!(cache_key("hiprtc", &a, &gfx942, (6, 2)), cache_key("hiprtc", &a, &gfx942, (6, 3)));
+        assert_eq!(cache_key("hiprtc", &a, &gfx942, (6, 2)), cache_key("hiprtc", &a, &gfx942, (6, 2)));
     }
 
     #[test]

@@ -20,7 +20,6 @@
 pub mod device;
 pub mod hiprtc;
 pub mod kernels;
-mod params;
 pub mod runtime;
 pub mod sys;
 
@@ -30,13 +29,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use decode_attn_core::{
-    DType, DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, KvIndexBuffers, KvLayout,
-    MergeArgs, Plan, Result,
+    DType, DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, MergeArgs, Plan, Result,
 };
 
+use decode_attn_core::abi::DecodeParams;
 use device::{Context, DeviceMemory, Event, Function, Module, Stream};
 pub use hiprtc::{default_cache_dir, Hiprtc, HIPRTC_CANDIDATES};
-use params::{DecodeParams, LAYOUT_BLOCK_TABLE, LAYOUT_TOKEN_INDICES};
 pub use runtime::{DeviceInfo, Runtime, RUNTIME_CANDIDATES};
 
 const BACKEND: &str = "hip";
@@ -373,43 +371,8 @@ impl DecodeAttention for HipBackend {
         if problem.num_seqs() == 0 {
             return Ok(());
         }
-        let (layout, block_size, max_blocks_per_seq, block_table, kv_indptr, kv_indices) = match args.kv_index {
-            KvIndexBuffers::BlockTable { table, max_blocks_per_seq } => {
-                let KvLayout::BlockTable { kernel_block_size, .. } = problem.layout else {
-                    unreachable!("DecodeArgs::check matched the layouts")
-                };
-                (LAYOUT_BLOCK_TABLE, kernel_block_size, max_blocks_per_seq, self.addr(table, "block_table")?, 0, 0)
-            }
-            KvIndexBuffers::TokenIndices { indptr, indices } => {
-                (LAYOUT_TOKEN_INDICES, 0, 0, 0, self.addr(indptr, "kv_indptr")?, self.addr(indices, "kv_indices")?)
-            }
-        };
-        let launch = launch_shape(plan, args.workspace.len_bytes())?;
-        let workspace = self.addr(args.workspace, "workspace")?;
-        let params = DecodeParams {
-            q: self.addr(args.q, "q")?,
-            k_cache: self.addr(args.k_cache, "k_cache")?,
-            v_cache: self.addr(args.v_cache, "v_cache")?,
-            out: self.addr(args.out, "out")?,
-            seq_lens: self.addr(args.seq_lens, "seq_lens")?,
-            block_table,
-            kv_indptr,
-            kv_indices,
-            partial_acc: if launch.split { workspace } else { 0 },
-            partial_ml: if launch.split { workspace + launch.acc_bytes } else { 0 },
-            num_slots: checked.num_slots as i64,
-            num_indices: if layout == LAYOUT_TOKEN_INDICES { checked.index_len as i64 } else { 0 },
-            num_seqs: problem.num_seqs() as i32,
-            num_q_heads: problem.shape.num_q_heads as i32,
-            num_kv_heads: problem.shape.num_kv_heads as i32,
-            layout,
-            block_size: block_size as i32,
-            max_blocks_per_seq: max_blocks_per_seq as i32,
-            num_splits: launch.num_splits as i32,
-            min_tiles_per_split: plan.rule.min_tiles_per_split as i32,
-            scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
-            _pad: 0,
-        };
+        let launch = launch_shape(plan)?;
+        let params = DecodeParams::new(plan, &args, &checked, |buffer, name| self.addr(buffer, name))?;
         // Both kernels are looked up before the first launch, so that a
         // missing one fails with nothing written.
         let dtype = problem.dtypes.q;
@@ -423,7 +386,7 @@ impl DecodeAttention for HipBackend {
         let mut kernel_params = [(&mut by_value as *mut DecodeParams).cast::<c_void>()];
         let block = (kernels::THREADS, 1, 1);
         // SAFETY: the kernels take one `DecodeParams` by value, which `by_value`
-        // mirrors byte for byte (params.rs pins its layout); every address in
+        // mirrors byte for byte (core's abi tests pin its layout); every address in
         // it points into a live allocation of this device whose size
         // `DecodeArgs::check` and `launch_shape` verified against the plan; the
         // kernels bound-check block ids, slots and lengths read from device
@@ -538,24 +501,16 @@ struct LaunchShape {
     reduce_grid: (u32, u32, u32),
     num_splits: u32,
     split: bool,
-    /// Bytes of `partial_acc`; `partial_ml` follows it in the workspace.
-    acc_bytes: u64,
 }
 
-/// The launch for `plan` over a workspace of `workspace_len` bytes: an error,
-/// before anything runs, when the grid does not fit or the workspace cannot
-/// hold the partial rows the plan's split count implies.
-fn launch_shape(plan: &Plan, workspace_len: usize) -> Result<LaunchShape> {
+/// The launch for `plan`: an error, before anything runs, when the grid does
+/// not fit. (`DecodeArgs::check` has already checked the workspace against
+/// the partial rows the plan's split count implies.)
+fn launch_shape(plan: &Plan) -> Result<LaunchShape> {
     let problem = &plan.problem;
     let shape = problem.shape;
     let num_splits = plan.rule.num_splits.max(1);
     let split = num_splits > 1;
-    let rows = problem.num_seqs() as u64 * shape.num_q_heads as u64 * num_splits as u64;
-    let acc_bytes = rows * shape.head_dim as u64 * 4;
-    let needed = if split { acc_bytes + rows * 2 * 4 } else { 0 };
-    if (workspace_len as u64) < needed {
-        return Err(Error::WorkspaceTooSmall { needed: needed as usize, actual: workspace_len });
-    }
     let dim = |value: usize, what: &str| {
         u32::try_from(value)
             .ok()
@@ -568,13 +523,12 @@ fn launch_shape(plan: &Plan, workspace_len: usize) -> Result<LaunchShape> {
         reduce_grid: (num_seqs, dim(shape.num_q_heads, "query heads")?, 1),
         num_splits,
         split,
-        acc_bytes,
     })
 }
 
 #[cfg(test)]
 mod tests {
-    use decode_attn_core::{AttentionShape, DTypes, DeviceProps, Policy};
+    use decode_attn_core::{AttentionShape, DTypes, DeviceProps, KvLayout, Policy};
 
     use super::*;
 
@@ -684,21 +638,13 @@ mod tests {
         let props = DeviceProps { name: "MI300X".into(), num_sms: 304, ..DeviceProps::gpu_like(304) };
         let p = problem(32, 8, DTypes::uniform(DType::Bf16), vec![4096, 300]);
         let plan = decode_attn_core::plan(&p, Policy::Deterministic { tile_tokens: 256 }, &props).unwrap();
-        let launch = launch_shape(&plan, plan.workspace_bytes as usize).unwrap();
+        let launch = launch_shape(&plan).unwrap();
         assert_eq!(launch.num_splits, plan.rule.num_splits);
         assert_eq!(launch.grid, (2, plan.rule.num_splits, 8));
         assert_eq!(launch.reduce_grid, (2, 32, 1));
         assert_eq!(launch.split, plan.rule.num_splits > 1);
-        if launch.split {
-            // The kernel's partial rows fill the plan's workspace exactly.
-            let rows = 2 * 32 * plan.rule.num_splits as u64;
-            assert_eq!(launch.acc_bytes, rows * 128 * 4);
-            assert_eq!(launch.acc_bytes + rows * 8, plan.workspace_bytes);
-            let err = launch_shape(&plan, plan.workspace_bytes as usize - 1).unwrap_err();
-            assert!(matches!(err, Error::WorkspaceTooSmall { .. }), "{err:?}");
-        }
         let unsplit = decode_attn_core::plan(&p, Policy::Fixed { splits: 1 }, &props).unwrap();
-        let launch = launch_shape(&unsplit, 0).unwrap();
+        let launch = launch_shape(&unsplit).unwrap();
         assert_eq!((launch.grid, launch.split), ((2, 1, 8), false));
     }
 }
