@@ -45,7 +45,7 @@
     } while (0)
 #endif
 #include "../decode.cu"
-#include "host_convert.h"
+#include "host_ref.h"
 #ifdef DA_EMULATE
 static_assert(emu::kDynamicSharedBytes >= DECODE_STREAM_RING_BYTES && emu::kDynamicSharedBytes >= DECODE_MMA_RING_BYTES,
               "cuda_emu.h's dynamic shared memory holds either kernel's ring");
@@ -69,10 +69,6 @@ static_assert(emu::kDynamicSharedBytes >= DECODE_STREAM_RING_BYTES && emu::kDyna
             exit(2);                                                                                   \
         }                                                                                              \
     } while (0)
-
-enum DT { F32 = 0, F16 = 1, BF16 = 2 };
-static const char* dt_name[] = {"f32", "f16", "bf16"};
-static int dt_size(int dt) { return dt == F32 ? 4 : 2; }
 
 typedef void (*Kern)(const DecodeParams);
 typedef void (*MergeKern)(const MergeParams);
@@ -136,48 +132,6 @@ static KernPair find_kernels(int dt, int d) {
         if (k.dt == dt && k.d == d) return k;
     fprintf(stderr, "no kernel %d %d\n", dt, d);
     exit(2);
-}
-
-// Host encode (round to nearest even) and decode.
-static void encode(int dt, const std::vector<float>& v, std::vector<unsigned char>& bytes, std::vector<float>& rounded) {
-    bytes.resize(v.size() * dt_size(dt));
-    rounded.resize(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-        if (dt == F32) {
-            memcpy(&bytes[i * 4], &v[i], 4);
-            rounded[i] = v[i];
-        } else if (dt == F16) {
-            unsigned short h = host_f32_to_f16(v[i]);
-            memcpy(&bytes[i * 2], &h, 2);
-            rounded[i] = host_f16_to_f32(h);
-        } else {
-            unsigned short h = host_f32_to_bf16(v[i]);
-            memcpy(&bytes[i * 2], &h, 2);
-            rounded[i] = host_bf16_to_f32(h);
-        }
-    }
-}
-static float decode_elem(int dt, const unsigned char* p) {
-    if (dt == F32) {
-        float f;
-        memcpy(&f, p, 4);
-        return f;
-    }
-    unsigned short h;
-    memcpy(&h, p, 2);
-    return dt == F16 ? host_f16_to_f32(h) : host_bf16_to_f32(h);
-}
-
-// The split rule of plan.rs.
-struct Split {
-    unsigned tiles, per, active;
-};
-static Split split_rule(unsigned len, unsigned num_splits, unsigned min_tiles) {
-    Split s;
-    s.tiles = (len + 15) / 16;
-    s.per = std::max(std::max(min_tiles, 1u), (s.tiles + num_splits - 1) / num_splits);
-    s.active = (s.tiles + s.per - 1) / s.per;
-    return s;
 }
 
 enum Corrupt { NONE = 0, NEG_LEN, TOO_LONG, BAD_SLOT, BAD_INDPTR };
@@ -379,32 +333,12 @@ static bool reference(const Problem& P, int b, int h, std::vector<double>& o) {
     if (kind == BAD_INDPTR && c.layout != 1) kind = NONE;
     if (kind == BAD_SLOT && c.lens[b] == 0) kind = NONE;
     if (kind != NONE) return false;
-    int len = c.lens[b];
-    if (len == 0) return true;
-    int kvh = h / c.g;
-    const double scale = 1.0 / std::sqrt((double)c.d);
-    std::vector<double> sc(len);
-    double m = -1e300;
-    for (int t = 0; t < len; ++t) {
-        long long slot = c.layout == 0 ? (long long)P.table[(size_t)b * P.mbps + t / c.bs] * c.bs + t % c.bs
-                                       : P.indices[P.indptr[b] + t];
-        const float* kr = &P.k[((size_t)slot * c.hkv + kvh) * c.d];
-        const float* qr = &P.q[((size_t)b * P.hq + h) * c.d];
-        double dot = 0;
-        for (int i = 0; i < c.d; ++i) dot += (double)qr[i] * kr[i];
-        sc[t] = dot * scale;
-        m = std::max(m, sc[t]);
-    }
-    double l = 0;
-    for (int t = 0; t < len; ++t) {
-        long long slot = c.layout == 0 ? (long long)P.table[(size_t)b * P.mbps + t / c.bs] * c.bs + t % c.bs
-                                       : P.indices[P.indptr[b] + t];
-        double w = std::exp(sc[t] - m);
-        l += w;
-        const float* vr = &P.v[((size_t)slot * c.hkv + kvh) * c.d];
-        for (int i = 0; i < c.d; ++i) o[i] += w * vr[i];
-    }
-    for (int i = 0; i < c.d; ++i) o[i] /= l;
+    auto slot_of = [&](int t) -> long long {
+        return c.layout == 0 ? (long long)P.table[(size_t)b * P.mbps + t / c.bs] * c.bs + t % c.bs
+                             : P.indices[P.indptr[b] + t];
+    };
+    reference_attention(&P.q[((size_t)b * P.hq + h) * c.d], P.k.data(), P.v.data(), c.lens[b], c.d, c.hkv, h / c.g,
+                        slot_of, o);
     return true;
 }
 
@@ -443,7 +377,7 @@ static void check_one(const Case& c, const char* label, int kernel) {
         CK(cudaMemcpy(ml.data(), D.pml, ml.size() * 4, cudaMemcpyDeviceToHost));
         for (int b = 0; b < P.B; ++b) {
             if (!c.corrupt.empty() && c.corrupt[b] != NONE) continue;
-            unsigned active = split_rule(c.lens[b], c.num_splits, c.min_tiles).active;
+            unsigned active = (unsigned)host_split_rule(c.lens[b], c.num_splits, c.min_tiles).active;
             for (int h = 0; h < P.hq; ++h)
                 for (int j = 0; j < c.num_splits; ++j) {
                     unsigned m = ml[(((size_t)b * P.hq + h) * c.num_splits + j) * 2];

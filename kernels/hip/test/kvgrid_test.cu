@@ -17,6 +17,7 @@
 #define DA_EMULATE_PORTABLE 1
 #include "test/cuda_emu.h"
 #include "../decode_kvgrid.hip"
+#include "test/host_ref.h"
 
 #include <algorithm>
 #include <cmath>
@@ -28,9 +29,6 @@
 #include <string>
 #include <vector>
 
-enum DT { F32 = 0, F16 = 1, BF16 = 2 };
-static const char* dt_name[] = {"f32", "f16", "bf16"};
-static int dt_size(int dt) { return dt == F32 ? 4 : 2; }
 
 typedef void (*Kern)(const DecodeParams);
 struct Kerns {
@@ -51,41 +49,6 @@ static Kerns find_kernels(int dt, int d) {
 
 static std::mt19937_64 rng(2024);
 static float urand() { return std::uniform_real_distribution<float>(-1.f, 1.f)(rng); }
-
-static unsigned short enc16(int dt, float x) { return dt == F16 ? host_f32_to_f16(x) : host_f32_to_bf16(x); }
-static float dec16(int dt, unsigned short h) { return dt == F16 ? host_f16_to_f32(h) : host_bf16_to_f32(h); }
-// Encodes v as dt into bytes; v becomes the rounded values.
-static void encode(int dt, std::vector<float>& v, std::vector<unsigned char>& bytes) {
-    bytes.resize(v.size() * dt_size(dt));
-    for (size_t i = 0; i < v.size(); ++i) {
-        if (dt == F32) {
-            memcpy(&bytes[i * 4], &v[i], 4);
-        } else {
-            const unsigned short h = enc16(dt, v[i]);
-            memcpy(&bytes[i * 2], &h, 2);
-            v[i] = dec16(dt, h);
-        }
-    }
-}
-static float decode_elem(int dt, const unsigned char* p) {
-    if (dt == F32) {
-        float f;
-        memcpy(&f, p, 4);
-        return f;
-    }
-    unsigned short h;
-    memcpy(&h, p, 2);
-    return dec16(dt, h);
-}
-
-struct SplitCut {
-    long long per, active;
-};
-static SplitCut host_cut(long long len, long long splits, long long min_tiles) {
-    const long long tiles = (len + 15) / 16;
-    long long per = std::max(std::max(min_tiles, 1ll), (tiles + splits - 1) / splits);
-    return {per, (tiles + per - 1) / per};
-}
 
 enum Corrupt { NONE = 0, NEG_LEN, TOO_LONG, BAD_BLOCK, BAD_INDPTR };
 
@@ -163,9 +126,9 @@ static Run build(const Case& c) {
     for (auto& x : R.q) x = urand() * 2.f;
     for (auto& x : R.k) x = urand();
     for (auto& x : R.v) x = urand();
-    encode(c.dt, R.q, R.qb);
-    encode(c.dt, R.k, R.kb);
-    encode(c.dt, R.v, R.vb);
+    encode(c.dt, R.q, R.qb, R.q);
+    encode(c.dt, R.k, R.kb, R.k);
+    encode(c.dt, R.v, R.vb, R.v);
     return R;
 }
 
@@ -179,32 +142,12 @@ static bool is_bad(const Case& c, int b) {
 // softmax(q k^T / sqrt(d)) v in f64.
 static void reference(const Run& R, int b, int h, std::vector<double>& o) {
     const Case& c = R.c;
-    o.assign(c.d, 0.0);
-    const int len = c.lens[b];
-    if (len == 0) return;
-    const int kvh = h / c.g;
-    const double scale = 1.0 / std::sqrt((double)c.d);
-    std::vector<double> sc(len);
-    std::vector<long long> slots(len);
-    double m = -1e300;
-    const float* qr = &R.q[((size_t)b * R.hq + h) * c.d];
-    for (int t = 0; t < len; ++t) {
-        slots[t] = c.layout == 0 ? (long long)R.table[(size_t)b * R.mbps + t / c.bs] * c.bs + t % c.bs
-                                 : R.indices[R.indptr[b] + t];
-        const float* kr = &R.k[((size_t)slots[t] * c.hkv + kvh) * c.d];
-        double dot = 0;
-        for (int i = 0; i < c.d; ++i) dot += (double)qr[i] * kr[i];
-        sc[t] = dot * scale;
-        m = std::max(m, sc[t]);
-    }
-    double l = 0;
-    for (int t = 0; t < len; ++t) {
-        const double w = std::exp(sc[t] - m);
-        l += w;
-        const float* vr = &R.v[((size_t)slots[t] * c.hkv + kvh) * c.d];
-        for (int i = 0; i < c.d; ++i) o[i] += w * vr[i];
-    }
-    for (int i = 0; i < c.d; ++i) o[i] /= l;
+    auto slot_of = [&](int t) -> long long {
+        return c.layout == 0 ? (long long)R.table[(size_t)b * R.mbps + t / c.bs] * c.bs + t % c.bs
+                             : R.indices[R.indptr[b] + t];
+    };
+    reference_attention(&R.q[((size_t)b * R.hq + h) * c.d], R.k.data(), R.v.data(), c.lens[b], c.d, c.hkv, h / c.g,
+                        slot_of, o);
 }
 
 static int failures = 0, cases_run = 0;
@@ -270,7 +213,7 @@ static void check(const Case& c0, const char* label) {
     if (ns > 1) {  // surplus splits write nothing: their rows keep the 0xff fill
         for (int b = 0; b < B; ++b) {
             if (is_bad(c, b)) continue;
-            const long long active = host_cut(c.lens[b], ns, c.min_tiles).active;
+            const long long active = host_split_rule(c.lens[b], ns, c.min_tiles).active;
             for (int h = 0; h < hq; ++h)
                 for (int j = 0; j < ns; ++j) {
                     unsigned m;
