@@ -16,12 +16,20 @@
 //   DAP_WAVE                      lanes per wavefront (compile-time constant)
 //   dap_tid(), dap_bid_x/y/z()    thread index in the block, block indices
 //   dap_barrier()                 __syncthreads (workgroup barrier + LDS fences)
+//   dap_uniform(v)                v, which the caller knows is the same in the whole wavefront
 //   dap_xor_exchange<N>(v, o, m)  o[i] = v[i] of lane (lane ^ m), m < DAP_WAVE
 //   dap_xor_sum/max<LO, HI, N>    butterfly over masks LO, 2 LO, ..., < HI
 //   dap_exp2(x)                   2^x, exp2(-inf) = 0 (approximate, ~1 ulp)
 //   dap_u4, dap_ld16, dap_ld_stream16, dap_st16   16-byte vectors, loads, stores
 //   dap_bf16/f16 <-> f32          conversions (round to nearest even)
 //   DAP_LAUNCH_BOUNDS(threads, min_blocks_per_sm)
+//   dap_gather_u32<N>(v, o, src)  o[j] = v of lane src[j] (same wavefront)
+// and, only where DAP_MFMA is defined (gfx90a / gfx942, or the emulation with
+// kernels/hip/test/mfma_emu.h at wave 64), the wave-64 matrix cores:
+//   dap_f32x4                     4 floats (the accumulator of one lane)
+//   dap_mfma_16x16x16_f16/bf16(c, a0, a1, b0, b1)  D = A B + C, 16x16x16,
+//                                 each operand's 4 16-bit elements of a lane
+//                                 packed in two words (element 0 in a0's low half)
 #pragma once
 
 #if defined(DA_EMULATE_PORTABLE)
@@ -44,6 +52,7 @@ inline int dap_bid_x() { return (int)blockIdx.x; }
 inline int dap_bid_y() { return (int)blockIdx.y; }
 inline int dap_bid_z() { return (int)blockIdx.z; }
 inline void dap_barrier() { __syncthreads(); }
+inline int dap_uniform(int v) { return v; }
 inline float dap_u2f(unsigned u) { return __uint_as_float(u); }
 inline unsigned dap_f2u(float f) { return __float_as_uint(f); }
 inline float dap_exp2(float x) { return std::exp2(x); }
@@ -68,10 +77,24 @@ inline void dap_xor_exchange(const float (&v)[N], float (&o)[N], int mask) {
     for (int i = 0; i < N; ++i) o[i] = buf[src][i];
     emu::yield_as(emu::AT_WARP_BARRIER);
 }
+template <int N>
+inline void dap_gather_u32(unsigned v, unsigned (&o)[N], const int (&src)[N]) {
+    static unsigned buf[emu::kMaxThreads];
+    const int t = emu::cur;
+    buf[t] = v;
+    emu::yield_as(emu::AT_WARP_BARRIER);
+    for (int j = 0; j < N; ++j) o[j] = buf[(t & ~(DAP_WAVE - 1)) | (src[j] & (DAP_WAVE - 1))];
+    emu::yield_as(emu::AT_WARP_BARRIER);
+}
 inline float dap_bf16_to_f32(unsigned short h) { return host_bf16_to_f32(h); }
 inline float dap_f16_to_f32(unsigned short h) { return host_f16_to_f32(h); }
 inline unsigned short dap_f32_to_bf16(float x) { return host_f32_to_bf16(x); }
 inline unsigned short dap_f32_to_f16(float x) { return host_f32_to_f16(x); }
+// The matrix cores come from a test header (kernels/hip/test/mfma_emu.h, which
+// defines DA_EMU_MFMA, dap_f32x4 and dap_mfma_*), wave 64 only.
+#if defined(DA_EMU_MFMA) && DA_EMU_WAVE == 64
+#define DAP_MFMA 1
+#endif
 
 #elif defined(__HIP__) || defined(__HIPCC_RTC__)
 // ============================================================================
@@ -109,6 +132,8 @@ DA_DEVICE void dap_barrier() {
     __builtin_amdgcn_s_barrier();
     __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
 }
+// A value the same in every lane, as the compiler cannot prove (scalar registers, uniform branches).
+DA_DEVICE int dap_uniform(int v) { return __builtin_amdgcn_readfirstlane(v); }
 DA_DEVICE float dap_u2f(unsigned u) { return __builtin_bit_cast(float, u); }
 DA_DEVICE unsigned dap_f2u(float f) { return __builtin_bit_cast(unsigned, f); }
 #if __has_builtin(__builtin_amdgcn_exp2f)
@@ -142,6 +167,11 @@ DA_DEVICE void dap_xor_exchange(const float (&v)[N], float (&o)[N], int mask) {
 #pragma unroll
     for (int i = 0; i < N; ++i) o[i] = dap_shfl_xor(v[i], mask);
 }
+template <int N>
+DA_DEVICE void dap_gather_u32(unsigned v, unsigned (&o)[N], const int (&src)[N]) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) o[j] = (unsigned)__builtin_amdgcn_ds_bpermute(src[j] << 2, (int)v);
+}
 DA_DEVICE float dap_bf16_to_f32(unsigned short h) { return dap_u2f((unsigned)h << 16); }
 DA_DEVICE float dap_f16_to_f32(unsigned short h) { return (float)__builtin_bit_cast(_Float16, h); }
 DA_DEVICE unsigned short dap_f32_to_f16(float x) { return __builtin_bit_cast(unsigned short, (_Float16)x); }
@@ -151,6 +181,26 @@ DA_DEVICE unsigned short dap_f32_to_bf16(float x) {
     u += 0x7fffu + ((u >> 16) & 1u);                                                   // nearest even
     return (unsigned short)(u >> 16);
 }
+// Matrix cores (CDNA2 / CDNA3, wave 64): v_mfma_f32_16x16x16f16 and
+// v_mfma_f32_16x16x16bf16_1k (gfx942 spells them v_mfma_f32_16x16x16_f16 /
+// _bf16); the same operand layouts on both.
+#if (defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__)) && DAP_WAVE == 64
+#define DAP_MFMA 1
+typedef float dap_f32x4 __attribute__((ext_vector_type(4)));
+typedef _Float16 dap_f16x4 __attribute__((ext_vector_type(4)));
+typedef short dap_i16x4 __attribute__((ext_vector_type(4)));
+typedef unsigned dap_u32x2 __attribute__((ext_vector_type(2)));
+DA_DEVICE dap_f32x4 dap_mfma_16x16x16_f16(dap_f32x4 c, unsigned a0, unsigned a1, unsigned b0, unsigned b1) {
+    const dap_u32x2 a = {a0, a1}, b = {b0, b1};
+    return __builtin_amdgcn_mfma_f32_16x16x16f16(__builtin_bit_cast(dap_f16x4, a), __builtin_bit_cast(dap_f16x4, b),
+                                                 c, 0, 0, 0);
+}
+DA_DEVICE dap_f32x4 dap_mfma_16x16x16_bf16(dap_f32x4 c, unsigned a0, unsigned a1, unsigned b0, unsigned b1) {
+    const dap_u32x2 a = {a0, a1}, b = {b0, b1};
+    return __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(__builtin_bit_cast(dap_i16x4, a),
+                                                     __builtin_bit_cast(dap_i16x4, b), c, 0, 0, 0);
+}
+#endif
 
 #else
 // ============================================================================
@@ -170,6 +220,7 @@ DA_DEVICE int dap_bid_x() { return (int)blockIdx.x; }
 DA_DEVICE int dap_bid_y() { return (int)blockIdx.y; }
 DA_DEVICE int dap_bid_z() { return (int)blockIdx.z; }
 DA_DEVICE void dap_barrier() { __syncthreads(); }
+DA_DEVICE int dap_uniform(int v) { return v; }
 DA_DEVICE float dap_u2f(unsigned u) { return __uint_as_float(u); }
 DA_DEVICE unsigned dap_f2u(float f) { return __float_as_uint(f); }
 DA_DEVICE float dap_exp2(float x) {
@@ -201,6 +252,11 @@ template <int N>
 DA_DEVICE void dap_xor_exchange(const float (&v)[N], float (&o)[N], int mask) {
 #pragma unroll
     for (int i = 0; i < N; ++i) o[i] = __shfl_xor_sync(0xffffffffu, v[i], mask);
+}
+template <int N>
+DA_DEVICE void dap_gather_u32(unsigned v, unsigned (&o)[N], const int (&src)[N]) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) o[j] = __shfl_sync(0xffffffffu, v, src[j]);
 }
 DA_DEVICE float dap_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 DA_DEVICE float dap_f16_to_f32(unsigned short h) {

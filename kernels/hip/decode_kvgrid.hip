@@ -119,6 +119,11 @@ struct KvgElem<kvg_bf16> {
     DA_DEVICE static void store1(void* base, long long i, float v) {
         reinterpret_cast<unsigned short*>(base)[i] = dap_f32_to_bf16(v);
     }
+#ifdef DAP_MFMA
+    DA_DEVICE static dap_f32x4 mfma(dap_f32x4 c, unsigned a0, unsigned a1, unsigned b0, unsigned b1) {
+        return dap_mfma_16x16x16_bf16(c, a0, a1, b0, b1);
+    }
+#endif
 };
 
 template <>
@@ -144,6 +149,11 @@ struct KvgElem<kvg_f16> {
     DA_DEVICE static void store1(void* base, long long i, float v) {
         reinterpret_cast<unsigned short*>(base)[i] = dap_f32_to_f16(v);
     }
+#ifdef DAP_MFMA
+    DA_DEVICE static dap_f32x4 mfma(dap_f32x4 c, unsigned a0, unsigned a1, unsigned b0, unsigned b1) {
+        return dap_mfma_16x16x16_f16(c, a0, a1, b0, b1);
+    }
+#endif
 };
 
 // ---------------------------------------------------------------------------
@@ -230,6 +240,9 @@ DAP_HOST_DEVICE constexpr int kvg_min(int a, int b) { return a < b ? a : b; }
 #ifndef KVG_SCORES
 #define KVG_SCORES 16  // scores in flight in QK (U tokens x GQA heads)
 #endif
+#ifndef KVG_MFMA_PREFETCH_REGS
+#define KVG_MFMA_PREFETCH_REGS 32  // MFMA path: a tile's K and V up to this many words a lane load one tile ahead
+#endif
 
 // Fewest head groups (a power of two) that keep HPL * EPC <= KVG_ACC accumulators a thread.
 DAP_HOST_DEVICE constexpr int kvg_head_groups(int gqa, int epc) {
@@ -286,14 +299,57 @@ struct alignas(16) KvgSmem {
     int bad;
 };
 
+// ---------------------------------------------------------------------------
+// The matrix-core variant (see the top): 16-bit types on a wave-64 target
+// with MFMA (gfx90a, gfx942; the emulation with test/mfma_emu.h).
+// -DKVG_NO_MFMA keeps the generic path everywhere.
+// ---------------------------------------------------------------------------
+#if defined(DAP_MFMA) && DAP_WAVE == 64 && !defined(KVG_NO_MFMA)
+#define KVG_MFMA 1
+#else
+#define KVG_MFMA 0
+#endif
+
+template <typename T>
+DAP_HOST_DEVICE constexpr bool kvg_uses_mfma() {
+    return KVG_MFMA && KvgElem<T>::BYTES == 2;
+}
+
+// Lane (quad qd = lane / 16, column n = lane % 16) of a wavefront; one tile =
+// 16 tokens. QK (S^T = K Q^T): the lane loads K of token n, chunks qd + 4c
+// (KC of them); PV (O^T += V^T P^T): V of tokens 4 qd + j (j < 4), chunks
+// n + 16c (VC of them), the 8 elements of a chunk being 8 m-tiles.
+template <int D>
+struct KvgMfmaGeo {
+    static constexpr int WAVE = 64;
+    static constexpr int NW = DECODE_KVGRID_THREADS / WAVE;
+    static constexpr int TILE = 16;
+    static constexpr int CH = D / 8;              // 16-byte chunks of a row
+    static constexpr int KC = kvg_cdiv(CH, 4);    // K chunks a lane: 2 KC MFMAs per tile (k = 4 dims each)
+    static constexpr int VC = kvg_cdiv(CH, 16);   // V chunks a lane and token
+    static constexpr int MT = 8 * VC;             // PV m-tiles (16 dims each): MT MFMAs per tile
+    static constexpr int ACC = 4 * MT;            // O^T floats a lane
+    static_assert(D % 8 == 0, "rows are whole 16-byte chunks");
+};
+
+template <int D>
+struct alignas(16) KvgMfmaSmem {
+    using G = KvgMfmaGeo<D>;
+    float acc[G::ACC][G::WAVE];  // the wavefronts' O^T, summed in turn (lane-major: no bank conflicts)
+    float m[G::NW][16], l[G::NW][16];  // each wavefront's (max, sum) per head
+    int badw[G::NW];                    // each wavefront met a slot outside the pool
+};
+
 // Static shared memory of decode_kvgrid_<T>_d<D>, in bytes: one buffer that
 // every GQA bucket of the entry's dispatch shares (separate __shared__
 // variables in each instantiation would be allocated side by side).
 template <typename T, int D>
 DAP_HOST_DEVICE constexpr int kvgrid_smem_bytes() {
-    return kvg_max(kvg_max(kvg_max((int)sizeof(KvgSmem<T, D, 1>), (int)sizeof(KvgSmem<T, D, 2>)),
-                           kvg_max((int)sizeof(KvgSmem<T, D, 4>), (int)sizeof(KvgSmem<T, D, 8>))),
-                   (int)sizeof(KvgSmem<T, D, 16>));
+    return kvg_uses_mfma<T>()
+               ? (int)sizeof(KvgMfmaSmem<D>)
+               : kvg_max(kvg_max(kvg_max((int)sizeof(KvgSmem<T, D, 1>), (int)sizeof(KvgSmem<T, D, 2>)),
+                                 kvg_max((int)sizeof(KvgSmem<T, D, 4>), (int)sizeof(KvgSmem<T, D, 8>))),
+                         (int)sizeof(KvgSmem<T, D, 16>));
 }
 
 // ---------------------------------------------------------------------------
@@ -588,6 +644,225 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, const KvgWork& w, int kvh, int
     }
 }
 
+#if KVG_MFMA
+DA_DEVICE unsigned kvg_word(const dap_u4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+// The low (hi_half = 0) or high 16-bit halves of two words, as one word (first one low).
+DA_DEVICE unsigned kvg_halves(unsigned first, unsigned second, int hi_half) {
+    return hi_half ? (first >> 16) | (second & 0xffff0000u) : (first & 0xffffu) | (second << 16);
+}
+
+// One tile's K and V as this lane loads them (raw 16-bit bits).
+template <int D>
+struct KvgMfmaTile {
+    dap_u4 k[KvgMfmaGeo<D>::KC];     // token n, chunks qd + 4c
+    dap_u4 v[4][KvgMfmaGeo<D>::VC];  // tokens 4 qd + j, chunks n + 16c
+};
+
+// One pass over heads [head0, head0 + nheads) (nheads <= 16) of KV head kvh.
+// Each wavefront runs its own online softmax over tiles wave, wave + NW, ...
+// of the split (no barrier in the loop); the NW states are merged at the end.
+template <typename T, int D>
+DA_DEVICE void kvgrid_mfma_body(const DecodeParams& p, const KvgWork& w, int kvh, int head0, int nheads,
+                                unsigned char* smem) {
+    using G = KvgMfmaGeo<D>;
+    using E = KvgElem<T>;
+    constexpr int KC = G::KC, VC = G::VC, MT = G::MT, CH = G::CH, NW = G::NW, TILE = G::TILE;
+    // Load the next tile while this one is computed, where registers allow it.
+    constexpr bool PREFETCH = (KC + 4 * VC) * 4 <= KVG_MFMA_PREFETCH_REGS;
+    KvgMfmaSmem<D>& sm = *reinterpret_cast<KvgMfmaSmem<D>*>(smem);
+
+    const int tid = dap_tid();
+    const int wave = dap_uniform(tid / G::WAVE), lane = tid % G::WAVE;  // uniform: scalar tile loop
+    const int qd = lane / 16, n = lane % 16;
+    const int b = dap_bid_x();
+    const int split = dap_bid_y();
+    const bool unsplit = p.num_splits == 1;
+    const long long start = w.start, end = w.end;
+    const dap_u4 zero16 = {0u, 0u, 0u, 0u};
+    const dap_f32x4 zero4 = {0.f, 0.f, 0.f, 0.f};
+
+    dap_barrier();  // a previous pass (g > 16) is done with sm
+
+    // Q of head n (zeros past the group) in this lane's K chunks: QK's B operand.
+    dap_u4 qv[KC];
+#pragma unroll
+    for (int c = 0; c < KC; ++c) {
+        const int chunk = qd + 4 * c;
+        qv[c] = zero16;
+        if (n < nheads && chunk < CH)
+            qv[c] = dap_ld16(reinterpret_cast<const char*>(p.q) +
+                             ((long long)b * p.num_q_heads + head0 + n) * D * 2 + chunk * 16);
+    }
+
+    const long long slot_bytes = (long long)p.num_kv_heads * D * 2;
+    const char* k_base = reinterpret_cast<const char*>(p.k_cache) + (long long)kvh * D * 2;
+    const char* v_base = reinterpret_cast<const char*>(p.v_cache) + (long long)kvh * D * 2;
+    int bad = 0;
+    // The tile at t0: K of token t0 + n, V of tokens t0 + 4 qd + j (their
+    // offsets from the lanes that located them); zeros past the end or for a
+    // bad slot.
+    auto load = [&](long long t0, KvgMfmaTile<D>& t) {
+        long long off = -1;
+        if (t0 + n < end) off = kvg_offset(p, w.index, (int)(t0 + n), slot_bytes, &bad);
+        int src[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) src[j] = (lane & 48) | (4 * qd + j);
+        unsigned lo[4], hi[4];
+        dap_gather_u32<4>((unsigned)off, lo, src);
+        dap_gather_u32<4>((unsigned)((unsigned long long)off >> 32), hi, src);
+        // One branch per row (not per load): zeros first, then the row's loads.
+#pragma unroll
+        for (int c = 0; c < KC; ++c) t.k[c] = zero16;
+        if (off >= 0) {
+#pragma unroll
+            for (int c = 0; c < KC; ++c)
+                if (qd + 4 * c < CH) t.k[c] = dap_ld_stream16(k_base + off + (qd + 4 * c) * 16);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const long long voff = (long long)(((unsigned long long)hi[j] << 32) | lo[j]);
+#pragma unroll
+            for (int c = 0; c < VC; ++c) t.v[j][c] = zero16;
+            if (voff >= 0) {
+#pragma unroll
+                for (int c = 0; c < VC; ++c)
+                    if (n + 16 * c < CH) t.v[j][c] = dap_ld_stream16(v_base + voff + (n + 16 * c) * 16);
+            }
+        }
+    };
+
+    // Softmax state of head n (m, l: this quad's share) and O^T[dims][head n].
+    float m = dap_neg_inf(), l = 0.f;
+    dap_f32x4 o[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) o[mt] = zero4;
+
+    const long long step = (long long)NW * TILE;
+    long long t0 = start + (long long)wave * TILE;
+    KvgMfmaTile<D> cur;
+    load(t0, cur);
+    for (; t0 < end; t0 += step) {  // uniform over the wavefront
+        KvgMfmaTile<D> nxt;
+        if constexpr (PREFETCH) load(t0 + step, nxt);
+        // S^T[token 4 qd + i][head n] = K Q^T; k-step (c, h) is dims 8 (qd + 4c) + 4h + (0..3) of every quad.
+        dap_f32x4 s = zero4;
+#pragma unroll
+        for (int c = 0; c < KC; ++c) {
+            s = E::mfma(s, cur.k[c].x, cur.k[c].y, qv[c].x, qv[c].y);
+            s = E::mfma(s, cur.k[c].z, cur.k[c].w, qv[c].z, qv[c].w);
+        }
+        // Log2 units, tokens past the end masked; the head's max over the tile's 16 tokens (4 quads).
+        float sv[4], mx[1] = {dap_neg_inf()};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            sv[i] = t0 + 4 * qd + i < end ? s[i] * p.scale_log2 : dap_neg_inf();
+            mx[0] = dap_fmax(mx[0], sv[i]);
+        }
+        dap_xor_max<16, 64>(mx);
+        const float m_new = dap_fmax(m, mx[0]);  // finite: the tile has a live token
+        const float alpha = dap_exp2(m - m_new);  // 0 on the first tile
+        m = m_new;
+        float pr[4], sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            pr[i] = dap_exp2(sv[i] - m);
+            sum += pr[i];
+        }
+        l = l * alpha + sum;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) o[mt] *= alpha;
+        // P^T (rounded to T, as FlashAttention-2 does) is PV's B operand as it
+        // stands: lane (qd, n) holds tokens 4 qd + j of head n.
+        const unsigned b0 = E::pack2(pr[0], pr[1]), b1 = E::pack2(pr[2], pr[3]);
+        // O^T += V^T P^T; m-tile (c, e) row n is dim 8 (n + 16c) + e: element e of the lane's chunk.
+#pragma unroll
+        for (int c = 0; c < VC; ++c)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const unsigned a0 = kvg_halves(kvg_word(cur.v[0][c], e / 2), kvg_word(cur.v[1][c], e / 2), e & 1);
+                const unsigned a1 = kvg_halves(kvg_word(cur.v[2][c], e / 2), kvg_word(cur.v[3][c], e / 2), e & 1);
+                o[8 * c + e] = E::mfma(o[8 * c + e], a0, a1, b0, b1);
+            }
+        if constexpr (PREFETCH) cur = nxt;
+        else load(t0 + step, cur);
+    }
+
+    // ---- Merge the wavefronts: a common max, then O^T summed through LDS. ----
+    float red[2] = {l, 0.f};
+    dap_xor_sum<16, 64>(red);  // head n's l over the quads
+    float anybad[1] = {bad ? 1.f : 0.f};
+    dap_xor_max<1, 64>(anybad);
+    if (qd == 0) {
+        sm.m[wave][n] = m;
+        sm.l[wave][n] = red[0];
+    }
+    if (lane == 0) sm.badw[wave] = anybad[0] != 0.f ? 1 : 0;
+    dap_barrier();
+    float big_m = dap_neg_inf();
+#pragma unroll
+    for (int v = 0; v < NW; ++v) big_m = dap_fmax(big_m, sm.m[v][n]);
+    float big_l = 0.f, f = 0.f;
+    bool is_bad = !w.ok;
+#pragma unroll
+    for (int v = 0; v < NW; ++v) {
+        const float mv = sm.m[v][n];
+        const float fv = mv == dap_neg_inf() ? 0.f : dap_exp2(mv - big_m);  // a wavefront without tokens: 0
+        big_l += sm.l[v][n] * fv;
+        if (v == wave) f = fv;
+        is_bad = is_bad || sm.badw[v] != 0;
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) o[mt] *= f;
+    // Wavefront 0 stores its O^T, the middle ones add theirs in place, the last one adds into its registers.
+#pragma unroll
+    for (int v = 0; v < NW; ++v) {
+        if (wave == v) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    float a = o[mt][i];
+                    if (v > 0) a += sm.acc[4 * mt + i][lane];
+                    if (v < NW - 1) sm.acc[4 * mt + i][lane] = a;
+                    o[mt][i] = a;
+                }
+        }
+        if (v < NW - 1) dap_barrier();
+    }
+
+    // ---- Outputs: the last wavefront; lane (qd, n) holds head n, chunks 4 qd + i + 16c. ----
+    if (wave == NW - 1 && n < nheads) {
+        const float nan = dap_nan();
+        const long long q_head = (long long)b * p.num_q_heads + head0 + n;
+        const long long prow = q_head * p.num_splits + split;
+#pragma unroll
+        for (int c = 0; c < VC; ++c)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int chunk = 4 * qd + i + 16 * c;
+                if (chunk >= CH) continue;
+                float o8[8];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) o8[e] = is_bad ? nan : o[8 * c + e][i];
+                if (unsplit) {
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) o8[e] = is_bad ? nan : big_l == 0.f ? 0.f : o8[e] / big_l;
+                    dap_st16(reinterpret_cast<char*>(p.out) + (q_head * D + chunk * 8) * 2, E::pack(o8));
+                } else {
+                    float* dst = p.partial_acc + prow * D + chunk * 8;
+                    dap_st16(dst, dap_u4{dap_f2u(o8[0]), dap_f2u(o8[1]), dap_f2u(o8[2]), dap_f2u(o8[3])});
+                    dap_st16(dst + 4, dap_u4{dap_f2u(o8[4]), dap_f2u(o8[5]), dap_f2u(o8[6]), dap_f2u(o8[7])});
+                }
+            }
+        if (!unsplit && qd == 0) {
+            // A bad sequence poisons its rows: l = NaN makes the reducer's sum NaN.
+            p.partial_ml[2 * prow] = is_bad ? 0.f : big_m;
+            p.partial_ml[2 * prow + 1] = is_bad ? nan : big_l;
+        }
+    }
+}
+#endif
+
 template <typename T, int D>
 DA_DEVICE void kvgrid_entry(const DecodeParams& p) {
     constexpr int SMEM = kvgrid_smem_bytes<T, D>();
@@ -603,6 +878,14 @@ DA_DEVICE void kvgrid_entry(const DecodeParams& p) {
     const KvgWork w = kvg_work(p, dap_bid_x(), dap_bid_y());
     // Surplus splits exit at once (uniform); g < 1 writes nothing (no head to write).
     if (!w.active || g < 1) return;
+#if KVG_MFMA
+    if constexpr (kvg_uses_mfma<T>()) {
+        // One 16-row MFMA tile serves any group up to 16: no buckets, passes of 16 above.
+        for (int h = 0; h < g; h += DECODE_KVGRID_MAX_GQA)
+            kvgrid_mfma_body<T, D>(p, w, kvh, head0 + h, dap_min(DECODE_KVGRID_MAX_GQA, g - h), smem);
+        return;
+    }
+#endif
     // The smallest bucket >= g; above 16, passes of 16 (the last one partial).
     if (g == 1) {
         kvgrid_body<T, D, 1>(p, w, kvh, head0, 1, smem);

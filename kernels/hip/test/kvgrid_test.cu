@@ -16,6 +16,7 @@
 // partial row.
 #define DA_EMULATE_PORTABLE 1
 #include "test/cuda_emu.h"
+#include "mfma_emu.h"  // kernels/hip/test: the MFMA path's instructions, wave 64 only
 #include "../decode_kvgrid.hip"
 #include "test/host_ref.h"
 
@@ -264,7 +265,8 @@ static void check(const Case& c0, const char* label) {
 
 int main(int argc, char** argv) {
     const bool quick = argc > 1 && std::string(argv[1]) == "quick";
-    printf("decode_kvgrid under emulation, wave %d\n", DAP_WAVE);
+    printf("decode_kvgrid under emulation, wave %d, %s\n", DAP_WAVE,
+           KVG_MFMA ? "f16/bf16 on the MFMA path (test/mfma_emu.h)" : "every type on the generic path");
     const int dims[] = {64, 80, 96, 112, 120, 128, 192, 256};
     // Buckets {1, 2, 4, 8, 16}: exact (1, 2, 4, 8, 16), inside one (3, 5, 6, 7, 10, 12),
     // passes of 16 (32, 20: a full pass and a partial one).
