@@ -12,8 +12,9 @@
 // 8 warps of 32 on NVIDIA), static shared memory only, below 48 KB (the host
 // sets no attribute): decode_kvgrid_*_d<D> 13,520 bytes (D = 64), 14,544
 // (80), 15,568 (96), 16,592 (112), 17,104 (120), 17,616 (128), 21,712 (192),
-// 25,808 (256), the same for every T (kvgrid_smem_bytes<T, D>()); the
-// reducer 8,256 bytes on NVIDIA, 8,224 on AMD.
+// 25,808 (256), the same for every T (kvgrid_smem_bytes<T, D>()), except the
+// MFMA variant's (f16, bf16 on gfx90a / gfx942; see below); the reducer
+// 8,256 bytes on NVIDIA, 8,224 on AMD.
 //
 // Semantics are those of decode_stream.cuh: num_splits == 1 writes the
 // normalised output (zeros for length 0, NaN for a bad sequence); num_splits
@@ -63,8 +64,39 @@
 // outside the pool is never read (its K and V count as zeros) and turns the
 // workgroup's outputs into NaN.
 //
-// Matrix cores (MFMA on gfx90a / gfx942): not done yet; every target runs the
-// generic FMA path above.
+// Matrix cores (KVG_MFMA): on gfx90a and gfx942 the f16 and bf16 entries run
+// an MFMA variant instead; f32, every other target and CUDA keep the generic
+// path above (-DKVG_NO_MFMA keeps it everywhere). Instructions:
+// v_mfma_f32_16x16x16f16 and v_mfma_f32_16x16x16bf16_1k (wave 64, f32
+// accumulate; lane layouts in test/mfma_emu.h, which models them for the CPU
+// test). One 16-row MFMA tile serves any group up to 16, so no GQA buckets
+// (groups above 16: passes of 16 as above); the tile's arithmetic is cheap
+// next to its memory traffic even for g = 1. Each wavefront runs its own
+// online softmax over the split's 16-token tiles wave, wave + 4, ... (no
+// barrier in the loop); lane (qd = lane / 16, n = lane % 16) plays:
+//   QK: S^T[16 tokens, 16 heads] = K Q^T, 2 ceil(D/32) MFMAs a tile. The lane
+//       loads the K row of token n, 16-byte chunks qd + 4c, straight into the
+//       A operand (the contraction order is free as long as both operands
+//       agree: Q of head n in the same chunks, kept in registers, is B).
+//   Softmax: the lane holds tokens 4 qd + i of head n, so a head's tile max is
+//       4 registers and 2 xor shuffles; scores are scaled to log2 units after
+//       the MFMA.
+//   PV: O^T[dims, 16 heads] += V^T P^T, 8 ceil(D/128) MFMAs a tile. P^T,
+//       rounded to T (as FlashAttention-2 does), is the B operand exactly as
+//       the S^T accumulator left it; the lane loads the V rows of tokens
+//       4 qd + j, chunk n + 16c, and element e of those 4 chunks (16-bit
+//       halves paired) is the A operand of m-tile (c, e), whose row n is dim
+//       8 (n + 16c) + e.
+// Why the transposed products: a lane's softmax state (m, l) and its
+// accumulator rows are then the same head n, so rescaling needs no shuffle.
+// The V offsets come from the lanes that located those tokens (a gather
+// shuffle); K and V go straight from 16-byte loads into registers (no LDS),
+// for D <= 128 one tile ahead. At the end the 4 wavefronts' (m, l) meet in
+// LDS, each rescales to the common max, the O^T sums pass through LDS in turn
+// (wavefront 0 stores, 1 and 2 add, 3 adds into its registers), and
+// wavefront 3 writes the outputs (a lane: head n, whole chunks 4 qd + i +
+// 16c). Static shared memory 8,720 bytes (D <= 128) or 16,912 (192, 256).
+// Semantics, guards and the partial-state layout are the generic path's.
 #include "da_portable.h"
 #include "decode_params.h"
 

@@ -4,7 +4,12 @@
 //
 //   g++ -std=c++17 -O1 -DDA_EMU_WAVE=32 -x c++ -I kernels/hip -I kernels/cuda kernels/hip/test/kvgrid_test.cu -o /tmp/kvgrid_emu32
 //   g++ -std=c++17 -O1 -DDA_EMU_WAVE=64 -x c++ -I kernels/hip -I kernels/cuda kernels/hip/test/kvgrid_test.cu -o /tmp/kvgrid_emu64
-//   /tmp/kvgrid_emu32 && /tmp/kvgrid_emu64      # a few minutes each; `quick` runs a subset
+//   g++ -std=c++17 -O1 -DDA_EMU_WAVE=64 -DKVG_NO_MFMA -x c++ -I kernels/hip -I kernels/cuda kernels/hip/test/kvgrid_test.cu -o /tmp/kvgrid_emu64g
+//   /tmp/kvgrid_emu32 && /tmp/kvgrid_emu64 && /tmp/kvgrid_emu64g   # a minute or two each; `quick` runs a subset
+//
+// At wave 64 the f16 / bf16 kernels take the MFMA path (as on gfx90a /
+// gfx942), its instructions modelled by test/mfma_emu.h; at wave 32, and at
+// wave 64 with -DKVG_NO_MFMA, every type runs the generic path.
 //
 // Launches as the host must: decode_kvgrid_<T>_d<D> on grid (num_seqs,
 // num_splits, num_kv_heads) x 256 threads, then, when num_splits > 1,
@@ -305,6 +310,27 @@ int main(int argc, char** argv) {
         check({F32, 112, 2, 12, 0, 32, {600, 16}, 1, 1, {}}, "f32 d112 g12 (bucket 16) unsplit");
         check({BF16, 256, 1, 20, 1, 16, {300}, 2, 1, {}}, "bf16 d256 g20 (16 + 4) 2 splits");
         check({BF16, 192, 1, 5, 0, 32, {4100, 2}, 5, 1, {}}, "bf16 d192 5 splits");
+    }
+    // The MFMA path's corners (at wave 32 the generic path's): each 16-bit
+    // type at head dims 64, 80, 120, 128, 256 with groups 1, 4, 8, 16 and
+    // past 16 (passes), both layouts, lengths off the 16-token tiles, one
+    // under a wavefront's first tile, empty ones, split and unsplit.
+    {
+        const int mdims[] = {64, 80, 120, 128, 256};
+        const int mgroups[2][5] = {{1, 4, 8, 16, 17}, {16, 8, 24, 1, 4}};
+        const int msplits[] = {0, 3, 1};
+        int k = 0;
+        for (int dt : {F16, BF16})
+            for (int di = 0; di < 5; ++di, ++k) {
+                const int d = mdims[di], g = mgroups[dt == BF16][di];
+                if (quick && d != 128 && d != 80) continue;
+                check({dt, d, 2, g, k & 1, (k >> 1) & 1 ? 16 : 32, {0, 5, 33, 250, 601, 1}, msplits[k % 3], 1, {}},
+                      "mfma corners");
+            }
+        check({BF16, 256, 1, 20, 1, 16, {300, 77, 0, 513}, 4, 1, {BAD_BLOCK, NONE, BAD_BLOCK, BAD_BLOCK}},
+              "guards: bad block, g 20 (16 + 4), 4 splits");
+        check({F16, 120, 2, 16, 0, 32, {90, 401}, 1, 1, {NONE, BAD_BLOCK}}, "guards: bad block, d120 g16 unsplit");
+        check({F16, 64, 1, 1, 1, 16, {0, 7, 1000}, 0, 16, {NONE, BAD_BLOCK, NONE}}, "guards: bad block, d64 g1");
     }
     // Guards: NaN for the bad sequence only.
     for (int layout = 0; layout < 2; ++layout)
