@@ -1021,8 +1021,10 @@ DA_DEVICE void kvgrid_reduce_body(const DecodeParams& p) {
 // VGPRs on gfx90a / gfx942. Every 16-bit entry, and f32 at d = 64, 80, 96,
 // 128, 192, fits 128 registers on sm_80 and sm_90 without spills; f32 d = 112
 // and 120 (12 bytes on sm_90) and d = 256 (28 bytes on sm_80) spill there, so
-// they keep MB = 1 (no cap below the hardware's). -DKVG_MIN_BLOCKS=n sets
-// every entry to n.
+// they keep MB = 1 (no cap below the hardware's). On gfx90a / gfx942 the
+// MFMA entries (f16, bf16) take 162-235 / 170-250 VGPRs (no AGPRs, no
+// scratch; clang-19), under MB = 2's 256. -DKVG_MIN_BLOCKS=n sets every
+// entry to n.
 #ifdef KVG_MIN_BLOCKS
 #define KVG_MB KVG_MIN_BLOCKS
 #define KVG_MB_F32_WIDE KVG_MIN_BLOCKS
