@@ -55,6 +55,15 @@ pub enum Policy {
     Deterministic { tile_tokens: u32 },
 }
 
+impl Policy {
+    /// Whether a sequence's result must not depend on the rest of the batch:
+    /// backends then keep one merge order for every batch (no batch-dependent
+    /// choice between merge paths).
+    pub fn is_batch_invariant(&self) -> bool {
+        matches!(self, Policy::Deterministic { .. } | Policy::Vllm { batch_invariant: true })
+    }
+}
+
 impl FromStr for Policy {
     type Err = Error;
 

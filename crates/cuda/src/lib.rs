@@ -43,6 +43,14 @@ pub const STREAM_RING_BYTES: u32 = 65536;
 /// (DECODE_MMA_RING_BYTES in kernels/cuda/decode_mma.cuh).
 pub const MMA_RING_BYTES: u32 = 98304;
 
+/// Counters the backend owns for the fused split reduce (one per sequence
+/// and grid row of a call, zero between calls): 256 KiB. Calls whose grid
+/// has more rows than this use the reducer kernel.
+pub const SPLIT_COUNTERS: usize = 1 << 16;
+
+/// Default of [`CudaOptions::fused_reduce_max_bytes`].
+pub const FUSED_REDUCE_MAX_BYTES: u64 = 128 << 10;
+
 /// Query heads one CTA of the tensor-core kernel serves (the mma's M).
 pub const MMA_HEADS_PER_CTA: usize = 16;
 
@@ -121,13 +129,24 @@ pub struct CudaOptions {
     pub max_heads_per_cta: usize,
     /// Cache for NVRTC output; `None` compiles in every process.
     pub cache_dir: Option<PathBuf>,
+    /// The fused split reduce (mma and stream kernels): the last CTA of each
+    /// (sequence, grid row) merges the splits when its heads' partial rows
+    /// (heads * splits * head_dim * 4 bytes) are at most this many bytes;
+    /// larger ones, batch-invariant policies and 0 use the reducer kernel.
+    /// `None`: [`FUSED_REDUCE_MAX_BYTES`].
+    pub fused_reduce_max_bytes: Option<u64>,
+    /// Launch the reducer kernel with programmatic dependent launch on
+    /// sm_90 and newer (it starts while the decode grid drains and waits
+    /// for its stores). `None`: on.
+    pub programmatic_launch: Option<bool>,
 }
 
 impl CudaOptions {
     /// Documented entry point that reads the environment:
     /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc`,
-    /// `DECODE_ATTN_CUDA_KERNEL=auto|mma|stream|staged|kvgrid`, `DECODE_ATTN_CUDA_HEADS_PER_CTA=1|2|4|8`
-    /// and the cache folder of
+    /// `DECODE_ATTN_CUDA_KERNEL=auto|mma|stream|staged|kvgrid`, `DECODE_ATTN_CUDA_HEADS_PER_CTA=1|2|4|8`,
+    /// `DECODE_ATTN_CUDA_FUSED_REDUCE_BYTES=N` (0: never fuse),
+    /// `DECODE_ATTN_CUDA_PDL=0|1` and the cache folder of
     /// [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
         let kernels = match std::env::var("DECODE_ATTN_CUDA_KERNELS").ok().as_deref() {
@@ -166,7 +185,32 @@ impl CudaOptions {
                 }
             },
         };
-        Ok(CudaOptions { kernels, kernel, max_heads_per_cta, cache_dir: default_cache_dir() })
+        let fused_reduce_max_bytes = match std::env::var("DECODE_ATTN_CUDA_FUSED_REDUCE_BYTES").ok().as_deref() {
+            None | Some("") => None,
+            Some(text) => Some(text.parse::<u64>().map_err(|_| Error::Unsupported {
+                backend: BACKEND,
+                what: format!("DECODE_ATTN_CUDA_FUSED_REDUCE_BYTES={text:?} (expected a byte count)"),
+            })?),
+        };
+        let programmatic_launch = match std::env::var("DECODE_ATTN_CUDA_PDL").ok().as_deref() {
+            None | Some("") => None,
+            Some("1") => Some(true),
+            Some("0") => Some(false),
+            Some(other) => {
+                return Err(Error::Unsupported {
+                    backend: BACKEND,
+                    what: format!("DECODE_ATTN_CUDA_PDL={other:?} (expected 0 or 1)"),
+                })
+            }
+        };
+        Ok(CudaOptions {
+            kernels,
+            kernel,
+            max_heads_per_cta,
+            cache_dir: default_cache_dir(),
+            fused_reduce_max_bytes,
+            programmatic_launch,
+        })
     }
 }
 
@@ -219,6 +263,12 @@ pub struct CudaBackend {
     kernel_origin: String,
     kernel: DecodeKernel,
     max_heads_per_cta: usize,
+    /// The fused reduce's counters ([`SPLIT_COUNTERS`], zeroed at open; every
+    /// fused call leaves them zero). One stream uses them, in order.
+    split_counters: CudaSlice<u32>,
+    fused_reduce_max_bytes: u64,
+    /// Programmatic dependent launch of the reducer (sm_90+ and not disabled).
+    programmatic_launch: bool,
 }
 
 impl CudaBackend {
@@ -259,6 +309,9 @@ impl CudaBackend {
         let bus_bits = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).unwrap_or(0) as f64;
         let peak_gbps = clock_khz * 1e3 * 2.0 * bus_bits / 8.0 / 1e9;
         let mem_bandwidth_gbps = if peak_gbps > 0.0 { 0.9 * peak_gbps } else { 2000.0 };
+        let split_counters = stream.alloc_zeros::<u32>(SPLIT_COUNTERS).map_err(driver_error)?;
+        let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let programmatic_launch = options.programmatic_launch.unwrap_or(true) && major >= 9;
         let mut backend = CudaBackend {
             props: DeviceProps {
                 name: ctx.name().map_err(driver_error)?,
@@ -275,6 +328,9 @@ impl CudaBackend {
             kernel_origin,
             kernel: options.kernel,
             max_heads_per_cta: if options.max_heads_per_cta == 0 { 8 } else { options.max_heads_per_cta },
+            split_counters,
+            fused_reduce_max_bytes: options.fused_reduce_max_bytes.unwrap_or(FUSED_REDUCE_MAX_BYTES),
+            programmatic_launch,
         };
         // The planner's occupancy: Llama-shaped groups of the kernel in use.
         let (probe, dynamic_smem, threads) = match options.kernel {
@@ -368,6 +424,47 @@ impl CudaBackend {
         Ok(f)
     }
 
+    /// Launches `function` on the stream with programmatic stream
+    /// serialization: it may start before the previous kernel finishes.
+    ///
+    /// # Safety
+    /// `params` must match the kernel's parameter, every address in it must
+    /// be live, and the kernel must wait (griddepcontrol.wait) before it
+    /// reads anything the previous kernel writes.
+    unsafe fn launch_programmatic(
+        &self,
+        function: &CudaFunction,
+        config: LaunchConfig,
+        params: &ByValue<DecodeParams>,
+    ) -> Result<()> {
+        use cudarc::driver::sys;
+        // SAFETY: CUlaunchAttribute is plain data (an id and a union of
+        // integers); all-zero is a valid value that the fields below complete.
+        let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attribute.value.programmaticStreamSerializationAllowed = 1;
+        let launch_config = sys::CUlaunchConfig {
+            gridDimX: config.grid_dim.0,
+            gridDimY: config.grid_dim.1,
+            gridDimZ: config.grid_dim.2,
+            blockDimX: config.block_dim.0,
+            blockDimY: config.block_dim.1,
+            blockDimZ: config.block_dim.2,
+            sharedMemBytes: config.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attribute,
+            numAttrs: 1,
+        };
+        // The kernel takes one parameter, DecodeParams by value: the driver
+        // copies it from this address during the call.
+        let mut arg = &params.0 as *const DecodeParams as *mut std::ffi::c_void;
+        // SAFETY: the config, attribute and argument outlive the call; the
+        // function belongs to this context; the caller vouches for the rest.
+        unsafe { sys::cuLaunchKernelEx(&launch_config, function.cu_function(), &mut arg, std::ptr::null_mut()) }
+            .result()
+            .map_err(driver_error)
+    }
+
     fn ptr(&self, buffer: &CudaBuffer) -> u64 {
         buffer.slice.as_ref().map_or(0, |s| s.device_ptr(&self.stream).0)
     }
@@ -433,6 +530,29 @@ struct Launch {
     grid: (u32, u32, u32),
     threads: u32,
     shared_mem_bytes: u32,
+    /// Query heads per CTA.
+    heads_per_cta: u32,
+    /// The mma and stream kernels: they can merge their splits in the last
+    /// CTA, and their reducer waits for them under programmatic launch.
+    fusable: bool,
+}
+
+impl Launch {
+    /// Whether this call's splits are merged by the decode kernel itself (see
+    /// decode_stream.cuh's reduce_splits_if_last) rather than by a reducer launch.
+    fn fuses_reduce(&self, plan: &Plan, num_splits: u32, max_bytes: u64) -> bool {
+        let heads = self.heads_per_cta as u64;
+        let splits = num_splits as u64;
+        let rows_bytes = heads * splits * plan.problem.shape.head_dim as u64 * 4;
+        self.fusable
+            && splits > 1
+            // One merge order for every batch when the policy promises it.
+            && !plan.policy.is_batch_invariant()
+            && self.grid.0 as u64 * self.grid.1 as u64 <= SPLIT_COUNTERS as u64
+            && rows_bytes <= max_bytes
+            // The merge weights live in the kernel's ring.
+            && heads * (splits + 1) * 4 <= self.shared_mem_bytes as u64
+    }
 }
 
 /// Whether the tensor-core kernel has an instantiation for `problem`.
@@ -536,7 +656,7 @@ impl DecodeAttention for CudaBackend {
             return Ok(());
         }
         let shape = problem.shape;
-        let params = ByValue(DecodeParams::new(plan, &args, &checked, |buffer, _| Ok(self.ptr(buffer)))?);
+        let mut params = ByValue(DecodeParams::new(plan, &args, &checked, |buffer, _| Ok(self.ptr(buffer)))?);
         let num_splits = params.0.num_splits as u32;
         let split = num_splits > 1;
         let suffix = format!("{}_d{}", dtype_suffix(problem.dtypes.q), shape.head_dim);
@@ -554,6 +674,8 @@ impl DecodeAttention for CudaBackend {
                 grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(MMA_HEADS_PER_CTA) as u32, num_splits),
                 threads: DECODE_THREADS,
                 shared_mem_bytes: MMA_RING_BYTES,
+                heads_per_cta: shape.group_size().min(MMA_HEADS_PER_CTA) as u32,
+                fusable: true,
             },
             DecodeKernel::Stream => {
                 let heads = stream_heads_per_cta(shape.group_size()).min(self.max_heads_per_cta);
@@ -563,6 +685,8 @@ impl DecodeAttention for CudaBackend {
                     grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(heads) as u32, num_splits),
                     threads: DECODE_THREADS,
                     shared_mem_bytes: STREAM_RING_BYTES,
+                    heads_per_cta: heads.min(shape.group_size()) as u32,
+                    fusable: true,
                 }
             }
             DecodeKernel::Staged => Launch {
@@ -571,6 +695,8 @@ impl DecodeAttention for CudaBackend {
                 grid: (num_seqs, num_kv_heads, num_splits),
                 threads: DECODE_THREADS,
                 shared_mem_bytes: 0,
+                heads_per_cta: shape.group_size() as u32,
+                fusable: false,
             },
             DecodeKernel::KvGrid => Launch {
                 main: format!("decode_kvgrid_{suffix}"),
@@ -578,8 +704,14 @@ impl DecodeAttention for CudaBackend {
                 grid: (num_seqs, num_splits, num_kv_heads),
                 threads: KVGRID_THREADS,
                 shared_mem_bytes: 0,
+                heads_per_cta: shape.group_size() as u32,
+                fusable: false,
             },
         };
+        let fused = launch.fuses_reduce(plan, num_splits, self.fused_reduce_max_bytes);
+        if fused {
+            params.0.split_counters = self.split_counters.device_ptr(&self.stream).0;
+        }
         let main = self.function(&launch.main)?;
         let config = LaunchConfig {
             grid_dim: launch.grid,
@@ -591,16 +723,23 @@ impl DecodeAttention for CudaBackend {
         // size `DecodeArgs::check` verified against the plan, and the kernel
         // bounds-checks block ids, slots and lengths that live in device memory.
         unsafe { self.stream.launch_builder(&main).arg(&params).launch(config) }.map_err(driver_error)?;
-        if split {
+        if split && !fused {
             let reduce = self.function(&launch.reduce)?;
             let config = LaunchConfig {
                 grid_dim: (num_seqs, shape.num_q_heads as u32, 1),
                 block_dim: (launch.threads, 1, 1),
                 shared_mem_bytes: 0,
             };
-            // SAFETY: as above; the reducer reads the partial rows the first
-            // kernel wrote, in the same stream order.
-            unsafe { self.stream.launch_builder(&reduce).arg(&params).launch(config) }.map_err(driver_error)?;
+            if launch.fusable && self.programmatic_launch {
+                // SAFETY: as above; this reducer (decode_stream_reduce_*)
+                // executes griddepcontrol.wait before it reads the partial
+                // rows, so starting it early is sound.
+                unsafe { self.launch_programmatic(&reduce, config, &params) }?;
+            } else {
+                // SAFETY: as above; the reducer reads the partial rows the
+                // first kernel wrote, in the same stream order.
+                unsafe { self.stream.launch_builder(&reduce).arg(&params).launch(config) }.map_err(driver_error)?;
+            }
         }
         Ok(())
     }

@@ -136,6 +136,43 @@ fn graph_replay_follows_new_lengths() {
     assert!(second[per_seq..2 * per_seq].iter().all(|&x| x == 0.0), "a length-0 sequence decodes to zeros");
 }
 
+/// The two ways splits are merged (the decode kernel's last CTA, or a
+/// reducer launch, with and without programmatic launch) under graph capture:
+/// replays with new lengths, so the fused reduce's counters must come back to
+/// zero after every call for the next one to finish.
+#[test]
+#[serial]
+fn split_merge_paths_survive_repeated_graph_replays() {
+    if decode_attn_cuda::device_count().is_err() {
+        eprintln!("SKIPPED: no CUDA device on this machine");
+        return;
+    }
+    let variants = [(Some(u64::MAX), Some(true)), (Some(0), Some(true)), (Some(0), Some(false))];
+    for (fused_reduce_max_bytes, programmatic_launch) in variants {
+        let options = CudaOptions { fused_reduce_max_bytes, programmatic_launch, ..CudaOptions::default() };
+        let backend = CudaBackend::with_options(0, options).unwrap();
+        let what = format!("fused bytes {fused_reduce_max_bytes:?}, programmatic {programmatic_launch:?}");
+        let capture = problem(KvLayout::block_table(16), vec![3000, 1500, 700, 1]);
+        let plan = backend.plan(&capture, "fixed:8".parse().unwrap()).unwrap();
+        let batch = HostBatch::random(&capture, 5);
+        let mut device = DeviceBatch::new(&backend, &batch, plan.workspace_bytes);
+        let graph = backend.capture(&mut || backend.decode(&plan, device.args(true))).unwrap();
+        for lens in [vec![3000, 1500, 700, 1], vec![17, 0, 2999, 64], vec![2048, 2047, 0, 300], vec![5, 6, 7, 8]] {
+            let lens_i32: Vec<i32> = lens.iter().map(|&s| s as i32).collect();
+            backend.upload(&mut device.seq_lens, &i32_bytes(&lens_i32)).unwrap();
+            backend.upload(&mut device.out, &nan_bytes(DType::Bf16, capture.out_bytes())).unwrap();
+            graph.replay().unwrap();
+            let got = download_f32(&backend, &device.out, DType::Bf16);
+            let mut now = batch.clone();
+            now.problem.seq_lens = lens.clone();
+            now.seq_lens = lens_i32;
+            let reference = decode_reference(&now, capture.shape.default_scale());
+            let err = relative_error(&got, &reference);
+            assert!(err < 1e-2, "{what}, lengths {lens:?}: relerr {err}");
+        }
+    }
+}
+
 #[test]
 #[serial]
 fn nvrtc_kernels_match_the_reference() {

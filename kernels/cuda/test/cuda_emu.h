@@ -251,6 +251,19 @@ inline int da_syncthreads_or(int pred) {
     __syncthreads();
     return r;
 }
+// The fused reduce's ticket. CTAs run one at a time, in a shuffled order (see
+// emu_launch), so plain memory is coherent and "the last to arrive" varies.
+inline void da_threadfence() {}
+inline unsigned da_atomic_add(unsigned* counter, unsigned v) {
+    const unsigned old = *counter;
+    *counter = old + v;
+    return old;
+}
+inline void da_atomic_store_zero(unsigned* counter) { *counter = 0; }
+inline float da_load_l2(const float* ptr) { return *ptr; }
+inline float4 da_load_l2(const float4* ptr) { return *ptr; }
+inline void da_launch_dependents() {}
+inline void da_wait_for_producer() {}
 inline float da_bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
 inline float da_bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 inline void da_f16x2_to_f32(unsigned w, float& lo, float& hi) {
@@ -309,10 +322,19 @@ inline void emu_launch(void (*kernel)(const P), dim3 grid, int threads, const P&
     auto thunk = [](const void* a) { k(*static_cast<const P*>(a)); };
     emu::grid_dim = grid;
     emu::block_dim = dim3(threads);
+    // Blocks in a shuffled order (fixed seed): a GPU promises no order, and
+    // the fused reduce's "last CTA to arrive" must not depend on one.
+    std::vector<dim3> blocks;
     for (unsigned z = 0; z < grid.z; ++z)
         for (unsigned y = 0; y < grid.y; ++y)
-            for (unsigned x = 0; x < grid.x; ++x) {
-                emu::block_idx = dim3(x, y, z);
-                emu::run_block(thunk, &params, threads);
-            }
+            for (unsigned x = 0; x < grid.x; ++x) blocks.push_back(dim3(x, y, z));
+    static unsigned long long state = 0x9e3779b97f4a7c15ull;
+    for (size_t i = blocks.size(); i > 1; --i) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        std::swap(blocks[i - 1], blocks[(size_t)(state >> 33) % i]);
+    }
+    for (const dim3& block : blocks) {
+        emu::block_idx = block;
+        emu::run_block(thunk, &params, threads);
+    }
 }

@@ -237,6 +237,8 @@ struct DeviceProblem {
     void *q, *k, *v, *out;
     int *lens, *table, *indptr, *indices;
     float *pacc, *pml;
+    unsigned* counters;  // the fused reduce's: one per (sequence, grid row), zero on entry
+    size_t num_counters;
 };
 
 static DecodeParams make_params(const Problem& P, DeviceProblem& D) {
@@ -264,6 +266,7 @@ static DecodeParams make_params(const Problem& P, DeviceProblem& D) {
     p.num_splits = c.num_splits;
     p.min_tiles_per_split = c.min_tiles;
     p.scale_log2 = (float)(1.0 / std::sqrt((double)c.d) * 1.4426950408889634);
+    p.split_counters = nullptr;  // check_one sets it for the fused reduce
     return p;
 }
 
@@ -292,12 +295,16 @@ static DeviceProblem upload(const Problem& P) {
     D.pml = dalloc<float>(rows * 2);
     CK(cudaMemset(D.pacc, 0xff, rows * c.d * 4));  // NaN: a reducer reading an unwritten row shows
     CK(cudaMemset(D.pml, 0xff, rows * 2 * 4));
+    // Enough for any kernel's grid rows: at most one per query head.
+    D.num_counters = (size_t)P.B * P.hq;
+    D.counters = dalloc<unsigned>(D.num_counters);
+    CK(cudaMemset(D.counters, 0, D.num_counters * 4));
     return D;
 }
 
 static void release(DeviceProblem& D) {
     for (void* p : {D.q, D.k, D.v, D.out, (void*)D.lens, (void*)D.table, (void*)D.indptr, (void*)D.indices,
-                    (void*)D.pacc, (void*)D.pml})
+                    (void*)D.pacc, (void*)D.pml, (void*)D.counters})
         cudaFree(p);
 }
 
@@ -307,7 +314,7 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
         const int head_groups = (P.c.g + DECODE_MMA_HEADS - 1) / DECODE_MMA_HEADS;
         DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d), dim3(P.B, P.c.hkv * head_groups, P.c.num_splits), DECODE_THREADS,
                       DECODE_MMA_RING_BYTES, s, p);
-        if (P.c.num_splits > 1) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_THREADS, s, p);
+        if (P.c.num_splits > 1 && p.split_counters == nullptr) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_THREADS, s, p);
         return;
     }
     if (kernel == STREAM) {
@@ -317,7 +324,7 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
         const int head_groups = (P.c.g + heads - 1) / heads;
         DA_LAUNCH_DYN(sk.heads[slot], dim3(P.B, P.c.hkv * head_groups, P.c.num_splits), DECODE_THREADS,
                       DECODE_STREAM_RING_BYTES, s, p);
-        if (P.c.num_splits > 1) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_THREADS, s, p);
+        if (P.c.num_splits > 1 && p.split_counters == nullptr) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_THREADS, s, p);
         return;
     }
     KernPair kp = find_kernels(P.c.dt, P.c.d);
@@ -346,9 +353,10 @@ static int failures = 0, cases_run = 0;
 static int stream_cases = 0, stream_failures = 0;
 static double stream_worst[3] = {0, 0, 0};  // per dtype
 static int mma_cases = 0, mma_failures = 0;
+static int fused_cases = 0, fused_failures = 0;
 static double mma_worst[3] = {0, 0, 0};
 
-static void check_one(const Case& c, const char* label, int kernel);
+static void check_one(const Case& c, const char* label, int kernel, bool fused = false);
 
 // Every case through both kernels (the staged one only where its group fits
 // one CTA); `kernels` (bit 1 << STAGED, 1 << STREAM, 1 << MMA) narrows that for the few
@@ -357,20 +365,41 @@ static int kernel_filter = 7;  // `decode_test mma`: the tensor-core kernel's ca
 static void check_case(const Case& c, const char* label, int kernels = 7) {
     kernels &= kernel_filter;
     if ((kernels >> STAGED & 1) && c.g * c.d <= DECODE_MAX_QK_ELEMS && c.heads_cap == 8) check_one(c, label, STAGED);
-    if (kernels >> STREAM & 1) check_one(c, label, STREAM);
-    if ((kernels >> MMA & 1) && c.heads_cap == 8 && has_mma_kernel(c.dt, c.d)) check_one(c, label, MMA);
+    // Split cases also run with the fused reduce (the last CTA merges): every
+    // one through the tensor-core kernel, every other one through the stream
+    // kernel (emulating it is slow).
+    static int stream_split_cases = 0;
+    const bool split = c.num_splits > 1;
+    if (kernels >> STREAM & 1) check_one(c, label, STREAM, split && stream_split_cases++ % 2 == 1);
+    if ((kernels >> MMA & 1) && c.heads_cap == 8 && has_mma_kernel(c.dt, c.d)) {
+        check_one(c, label, MMA);
+        if (split) check_one(c, label, MMA, true);
+    }
 }
 
-static void check_one(const Case& c, const char* label, int kernel) {
+static void check_one(const Case& c, const char* label, int kernel, bool fused) {
     Problem P = build(c);
     DeviceProblem D = upload(P);
     DecodeParams p = make_params(P, D);
+    if (fused) p.split_counters = D.counters;
     launch(P, p, 0, kernel);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
+    int bad = 0;
+    if (fused) {
+        // The counters must be back at zero, and a second call (as a graph
+        // replay makes) must write every output again.
+        std::vector<unsigned> counters(D.num_counters);
+        CK(cudaMemcpy(counters.data(), D.counters, counters.size() * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < counters.size(); ++i)
+            if (counters[i] != 0 && bad++ < 5) printf("    counter %zu left at %u\n", i, counters[i]);
+        CK(cudaMemset(D.out, 0x7f, P.qb.size()));
+        launch(P, p, 0, kernel);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+    }
     std::vector<unsigned char> out(P.qb.size());
     CK(cudaMemcpy(out.data(), D.out, out.size(), cudaMemcpyDeviceToHost));
-    int bad = 0;
     if (c.num_splits > 1) {
         // Surplus splits write nothing: their partial rows keep the 0xff fill.
         std::vector<unsigned> ml((size_t)P.B * P.hq * c.num_splits * 2);
@@ -415,6 +444,10 @@ static void check_one(const Case& c, const char* label, int kernel) {
         stream_failures += bad != 0;
         stream_worst[c.dt] = std::max(stream_worst[c.dt], worst);
     }
+    if (fused) {
+        ++fused_cases;
+        fused_failures += bad != 0;
+    }
     if (kernel == MMA) {
         ++mma_cases;
         mma_failures += bad != 0;
@@ -424,8 +457,8 @@ static void check_one(const Case& c, const char* label, int kernel) {
     for (size_t i = 0; i < c.lens.size() && i < 6; ++i) lens += std::to_string(c.lens[i]) + ",";
     char heads[16] = "";
     if (kernel == STREAM) snprintf(heads, sizeof heads, " H=%d", stream_heads(c.g, c.heads_cap));
-    printf("%s %-6s%-4s %-5s d=%3d hkv=%d g=%2d layout=%d bs=%3d splits=%3d min=%d lens=%s.. max|err|=%.2e %s\n",
-           bad ? "FAIL" : "ok  ", kernel_name[kernel], heads, dt_name[c.dt], c.d, c.hkv, c.g, c.layout, c.bs,
+    printf("%s %-6s%-6s%-4s %-5s d=%3d hkv=%d g=%2d layout=%d bs=%3d splits=%3d min=%d lens=%s.. max|err|=%.2e %s\n",
+           bad ? "FAIL" : "ok  ", kernel_name[kernel], fused ? "fused" : "", heads, dt_name[c.dt], c.d, c.hkv, c.g, c.layout, c.bs,
            c.num_splits, c.min_tiles, lens.c_str(), worst, label);
     if (bad) ++failures;
     release(D);
@@ -533,6 +566,8 @@ static double time_case(const Case& c, int reps, double* gbps) {
         P.num_indices = total;
     }
     DeviceProblem D;
+    D.counters = nullptr;
+    D.num_counters = 0;
     size_t qbytes = (size_t)P.B * P.hq * c.d * dt_size(c.dt), kvbytes = (size_t)P.num_slots * c.hkv * c.d * dt_size(c.dt);
     D.q = dalloc<unsigned char>(qbytes);
     D.out = dalloc<unsigned char>(qbytes);
@@ -672,6 +707,7 @@ int main(int argc, char** argv) {
            stream_failures, stream_worst[F32], stream_worst[F16], stream_worst[BF16]);
     printf("mma kernel: %d cases, %d failed; max|err| f16 %.2e bf16 %.2e\n", mma_cases, mma_failures, mma_worst[F16],
            mma_worst[BF16]);
+    printf("fused reduce: %d cases, %d failed\n", fused_cases, fused_failures);
     printf("%d passed, %d failed\n", cases_run - failures, failures);
     if (quick || failures) return failures ? 1 : 0;
 #ifdef DA_EMULATE
