@@ -1,26 +1,33 @@
 //! Embeds the HIP kernels: always their source (for hiprtc at run time), and
 //! code objects for gfx90a and gfx942 when a compiler is here at build time.
 //!
-//! * Source: `kernels/hip/decode_kvgrid.hip` and every header it includes
-//!   with `#include "..."` (looked up in `kernels/hip`, then `kernels/cuda`,
-//!   as `cargo xtask kernels` does), each under the name it is included by.
-//!   No source file: nothing is embedded and the backend says so at run time.
+//! * Kernel files: [`KERNELS`] (`kernels/hip/NAME.hip`), each its own code
+//!   object and, at run time, its own module: the kv-head-grid decode kernel
+//!   and the state merge.
+//! * Source: each file and every header it includes with `#include "..."`
+//!   (looked up in `kernels/hip`, then `kernels/cuda`, as `cargo xtask
+//!   kernels` does), each under the name it is included by. A file that is
+//!   not there is not embedded and the backend says so at run time.
 //! * Code objects: compiled with clang (`$DECODE_ATTN_HIP_CLANG`, else
 //!   `clang-19` on `PATH` or in `/usr/lib/llvm-19/bin`) when the HIP headers
 //!   (`hip/hip_runtime.h`) and the ROCm device libraries are present too.
 //!   Device libraries: `$DECODE_ATTN_HIP_DEVICE_LIBS`, else the workspace's
 //!   `.tools/hip-device-libs` (what `cargo xtask kernels` prepares), else
 //!   Debian's `amdgcn/bitcode` folder (with `oclc_isa_version_942.bc` linked to
-//!   the 940 one in `OUT_DIR`, which is all gfx942 needs from it). Both
-//!   architectures compile in parallel (about two minutes on two cores).
-//!   When `cargo xtask kernels` has left up-to-date objects in
-//!   `target/kernels/hip` (newer than the source and every header), those
-//!   are embedded instead of compiling again.
+//!   the 940 one in `OUT_DIR`, which is all gfx942 needs from it). Every file
+//!   and architecture compiles in parallel (about two minutes on two cores,
+//!   nearly all of it the decode kernel). When `cargo xtask kernels` has left
+//!   up-to-date objects of every file in `target/kernels/hip` (newer than the
+//!   file and every header it includes), those are embedded instead of
+//!   compiling again.
 //! * `DECODE_ATTN_HIP_AOT=0` skips the code objects (a faster build; the
 //!   backend then compiles through hiprtc at first use);
 //!   `DECODE_ATTN_REQUIRE_HIP_AOT=1` makes a missing toolchain a build error.
 //!   A kernel that fails to compile with a toolchain that is present is
 //!   always a build error.
+//!
+//! The generated `embedded.rs` holds `FILES: &[KernelFile]` (see
+//! src/kernels.rs) and `AOT_NOTE`.
 //!
 //! A machine with no ROCm and no clang builds this crate with no code
 //! objects; nothing here links to any ROCm library.
@@ -33,7 +40,8 @@ use std::process::{Command, Output};
 
 /// Architectures compiled ahead of time (MI200, MI300).
 const ARCHS: &[&str] = &["gfx90a", "gfx942"];
-const KERNEL: &str = "decode_kvgrid";
+/// The kernel files of kernels/hip (stems), in the order src/kernels.rs names them.
+const KERNELS: &[&str] = &["decode_kvgrid", "merge_states"];
 const DEBIAN_DEVICE_LIBS: &[&str] =
     &["/usr/lib/x86_64-linux-gnu/amdgcn/bitcode", "/usr/lib/amdgcn/bitcode", "/opt/rocm/amdgcn/bitcode"];
 
@@ -54,48 +62,74 @@ fn main() {
         println!("cargo:rerun-if-env-changed={var}");
     }
     println!("cargo:rerun-if-changed={}", cuda_dir.join("decode_params.h").display());
-    let source = hip_dir.join(format!("{KERNEL}.hip"));
-    println!("cargo:rerun-if-changed={}", source.display());
 
-    let mut generated = String::new();
-    if !source.is_file() {
-        // Rerun when the kernel appears.
-        println!("cargo:rerun-if-changed={}", hip_dir.display());
-        generated.push_str("pub const SOURCE: Option<(&str, &str)> = None;\n");
-        generated.push_str("pub const HEADERS: &[(&str, &str)] = &[];\n");
-        generated.push_str("pub const CODE_OBJECTS: &[(&str, &[u8])] = &[];\n");
-        let _ = writeln!(generated, "pub const AOT_NOTE: &str = {:?};", "kernels/hip had no source at build time");
-        fs::write(out.join("embedded.rs"), generated).unwrap();
-        return;
+    let mut files: Vec<KernelFile> = Vec::new();
+    for stem in KERNELS {
+        let source = hip_dir.join(format!("{stem}.hip"));
+        println!("cargo:rerun-if-changed={}", source.display());
+        if !source.is_file() {
+            // Rerun when it appears (the folder's listing changes).
+            println!("cargo:rerun-if-changed={}", hip_dir.display());
+            continue;
+        }
+        let headers = included_headers(&source, &[&hip_dir, &cuda_dir]);
+        for (_, path) in &headers {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+        files.push(KernelFile { stem, source, headers });
     }
-    let headers = included_headers(&source, &[&hip_dir, &cuda_dir]);
-    for (_, path) in &headers {
-        println!("cargo:rerun-if-changed={}", path.display());
-    }
-    let _ = writeln!(
-        generated,
-        "pub const SOURCE: Option<(&str, &str)> = Some(({:?}, include_str!({:?})));",
-        format!("{KERNEL}.hip"),
-        source.display().to_string()
-    );
-    generated.push_str("pub const HEADERS: &[(&str, &str)] = &[\n");
-    for (name, path) in &headers {
-        let _ = writeln!(generated, "    ({name:?}, include_str!({:?})),", path.display().to_string());
-    }
-    generated.push_str("];\n");
 
-    let inputs: Vec<PathBuf> = std::iter::once(source.clone()).chain(headers.iter().map(|(_, p)| p.clone())).collect();
-    let (objects, note) = match prebuilt(&workspace, &inputs) {
-        Some(found) => found,
-        None => code_objects(&workspace, &hip_dir, &cuda_dir, &source, &out),
+    let (objects, note) = if files.is_empty() {
+        (Vec::new(), "kernels/hip had no source at build time".to_string())
+    } else {
+        match prebuilt(&workspace, &files) {
+            Some(found) => found,
+            None => code_objects(&workspace, &hip_dir, &cuda_dir, &files, &out),
+        }
     };
-    generated.push_str("pub const CODE_OBJECTS: &[(&str, &[u8])] = &[\n");
-    for (arch, path) in &objects {
-        let _ = writeln!(generated, "    ({arch:?}, include_bytes!({:?})),", path.display().to_string());
+
+    let mut generated = String::from("pub const FILES: &[KernelFile] = &[\n");
+    for KernelFile { stem, source, headers } in &files {
+        let _ = writeln!(generated, "    KernelFile {{");
+        let _ = writeln!(generated, "        stem: {stem:?},");
+        let _ = writeln!(generated, "        name: {:?},", format!("{stem}.hip"));
+        let _ = writeln!(generated, "        text: include_str!({:?}),", source.display().to_string());
+        generated.push_str("        headers: &[\n");
+        for (name, path) in headers {
+            let _ = writeln!(generated, "            ({name:?}, include_str!({:?})),", path.display().to_string());
+        }
+        generated.push_str("        ],\n        code_objects: &[\n");
+        for object in objects.iter().filter(|o| o.stem == *stem) {
+            let path = object.path.display().to_string();
+            let _ = writeln!(generated, "            ({:?}, include_bytes!({path:?})),", object.arch);
+        }
+        generated.push_str("        ],\n    },\n");
     }
     generated.push_str("];\n");
     let _ = writeln!(generated, "pub const AOT_NOTE: &str = {note:?};");
     fs::write(out.join("embedded.rs"), generated).unwrap();
+}
+
+/// One kernel file of kernels/hip and the headers it includes (name as
+/// written, path found).
+struct KernelFile {
+    stem: &'static str,
+    source: PathBuf,
+    headers: Vec<(String, PathBuf)>,
+}
+
+impl KernelFile {
+    /// The file and every header it includes.
+    fn inputs(&self) -> impl Iterator<Item = &Path> {
+        std::iter::once(self.source.as_path()).chain(self.headers.iter().map(|(_, p)| p.as_path()))
+    }
+}
+
+/// One code object: kernel file (stem), architecture, path.
+struct Object {
+    stem: &'static str,
+    arch: &'static str,
+    path: PathBuf,
 }
 
 /// Every `#include "name"` reachable from `file`, as (name as written, path
@@ -130,37 +164,40 @@ fn included_headers(file: &Path, dirs: &[&Path]) -> Vec<(String, PathBuf)> {
 }
 
 /// The code objects `cargo xtask kernels` left in `target/kernels/hip` (same
-/// compiler and flags, plus -Werror), when there is one for every
-/// architecture and each is newer than every input: CI compiles the kernels
-/// once, in that step, instead of again in each cargo build.
-fn prebuilt(workspace: &Path, inputs: &[PathBuf]) -> Option<(Vec<(String, PathBuf)>, String)> {
+/// compiler and flags, plus -Werror), when there is one for every file and
+/// architecture and each is newer than every input of its file: CI compiles
+/// the kernels once, in that step, instead of again in each cargo build.
+fn prebuilt(workspace: &Path, files: &[KernelFile]) -> Option<(Vec<Object>, String)> {
     if env::var("DECODE_ATTN_HIP_AOT").is_ok_and(|v| v == "0") {
         return None;
     }
     let dir = workspace.join("target/kernels/hip");
-    let newest_input = inputs.iter().filter_map(|p| fs::metadata(p).and_then(|m| m.modified()).ok()).max()?;
     let mut objects = Vec::new();
-    for arch in ARCHS {
-        let object = dir.join(format!("{KERNEL}.{arch}.hsaco"));
-        println!("cargo:rerun-if-changed={}", object.display());
-        let modified = fs::metadata(&object).and_then(|m| m.modified()).ok()?;
-        if modified < newest_input {
-            return None;
+    for file in files {
+        let newest_input = file.inputs().filter_map(|p| fs::metadata(p).and_then(|m| m.modified()).ok()).max()?;
+        for arch in ARCHS {
+            let path = dir.join(format!("{}.{arch}.hsaco", file.stem));
+            println!("cargo:rerun-if-changed={}", path.display());
+            let modified = fs::metadata(&path).and_then(|m| m.modified()).ok()?;
+            if modified < newest_input {
+                return None;
+            }
+            objects.push(Object { stem: file.stem, arch, path });
         }
-        objects.push((arch.to_string(), object));
     }
     Some((objects, format!("compiled by `cargo xtask kernels` for {}", ARCHS.join(", "))))
 }
 
-/// Compiles the code objects when the toolchain is here; returns them (arch,
-/// path) and a note on what was done, for the backend's messages.
+/// Compiles the code objects of every file for every architecture when the
+/// toolchain is here; returns them and a note on what was done, for the
+/// backend's messages.
 fn code_objects(
     workspace: &Path,
     hip_dir: &Path,
     cuda_dir: &Path,
-    source: &Path,
+    files: &[KernelFile],
     out: &Path,
-) -> (Vec<(String, PathBuf)>, String) {
+) -> (Vec<Object>, String) {
     if env::var("DECODE_ATTN_HIP_AOT").is_ok_and(|v| v == "0") {
         return (Vec::new(), "DECODE_ATTN_HIP_AOT=0 at build time".into());
     }
@@ -181,10 +218,12 @@ fn code_objects(
             return (Vec::new(), why.to_string());
         }
     };
-    let jobs: Vec<(String, PathBuf, std::io::Result<std::process::Child>)> = ARCHS
+    // Every (file, architecture) at once; waited for in order below.
+    let jobs: Vec<(Object, &Path, std::io::Result<std::process::Child>)> = files
         .iter()
-        .map(|arch| {
-            let object = out.join(format!("{KERNEL}.{arch}.hsaco"));
+        .flat_map(|file| ARCHS.iter().map(move |arch| (file, *arch)))
+        .map(|(file, arch)| {
+            let object = Object { stem: file.stem, arch, path: out.join(format!("{}.{arch}.hsaco", file.stem)) };
             let mut cmd = Command::new(&clang);
             cmd.args(["-x", "hip", "-std=c++17", "-O3", "--offload-device-only", "--no-gpu-bundle-output"])
                 .arg(format!("--offload-arch={arch}"))
@@ -195,29 +234,31 @@ fn code_objects(
             cmd.arg(format!("-I{}", hip_dir.display()))
                 .arg(format!("-I{}", cuda_dir.display()))
                 .arg("-c")
-                .arg(source)
+                .arg(&file.source)
                 .arg("-o")
-                .arg(&object)
+                .arg(&object.path)
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped());
-            (arch.to_string(), object, cmd.spawn())
+            let child = cmd.spawn();
+            (object, file.source.as_path(), child)
         })
         .collect();
     let mut objects = Vec::new();
-    for (arch, object, child) in jobs {
+    for (object, source, child) in jobs {
         let output: Output = child
             .and_then(|c| c.wait_with_output())
             .unwrap_or_else(|err| panic!("could not run {}: {err}", clang.display()));
-        if !output.status.success() || !object.is_file() {
+        if !output.status.success() || !object.path.is_file() {
             panic!(
-                "{} failed on {} for {arch}:\n{}{}",
+                "{} failed on {} for {}:\n{}{}",
                 clang.display(),
                 source.display(),
+                object.arch,
                 String::from_utf8_lossy(&output.stdout),
                 String::from_utf8_lossy(&output.stderr)
             );
         }
-        objects.push((arch, object));
+        objects.push(object);
     }
     let note = format!("compiled by {} for {} at build time", clang.display(), ARCHS.join(", "));
     (objects, note)

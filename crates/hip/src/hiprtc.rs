@@ -8,6 +8,7 @@
 
 use std::ffi::{c_char, c_int, CStr, CString, OsStr};
 use std::path::Path;
+use std::sync::Mutex;
 
 use decode_attn_core::kernel_cache::{cache_key, cached_or_compile};
 pub use decode_attn_core::kernel_cache::{default_cache_dir, Source};
@@ -16,6 +17,13 @@ use decode_attn_core::{Error, Result};
 use crate::sys::{self, HiprtcApi};
 
 const BACKEND: &str = "hip";
+
+/// One hiprtc compile at a time in this process: ROCm 5.2's hiprtc (inside
+/// libamdhip64, Debian's) crashes the process when two threads compile at
+/// once (seen with two tests of this crate in parallel), and nothing says
+/// later releases are thread-safe. Compiles are rare (once per kernel file,
+/// then the disk cache), so the lock costs nothing that matters.
+static COMPILE_LOCK: Mutex<()> = Mutex::new(());
 
 /// Library names tried by [`Hiprtc::load`] before the runtime's own library.
 pub const HIPRTC_CANDIDATES: &[&str] =
@@ -104,6 +112,8 @@ impl Hiprtc {
     }
 
     fn compile_uncached(&self, source: &Source<'_>, options: &[String]) -> Result<Vec<u8>> {
+        // Poisoned (a panic in an earlier compile) still serialises.
+        let _one_at_a_time = COMPILE_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let text = cstring(source.text)?;
         let name = cstring(source.name)?;
         let header_texts = source.headers.iter().map(|(_, t)| cstring(t)).collect::<Result<Vec<_>>>()?;

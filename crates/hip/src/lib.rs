@@ -4,13 +4,16 @@
 //!   dlopen, so a binary built with this crate starts on machines with no
 //!   ROCm at all, and [`device_count`] / [`HipBackend::new`] say why there is
 //!   no device instead of panicking. Nothing links to ROCm at build time.
-//! * Kernels (kernels/hip, the kv-head-grid partitioned kernel): the code
-//!   object compiled at build time for the device's architecture (gfx90a,
-//!   gfx942) when build.rs found a compiler; otherwise, or for any other
-//!   architecture, the embedded source compiled by hiprtc at first use for
-//!   the device's exact `gcnArchName` and cached on disk. (clang-19 writes
-//!   code object v5, which ROCm 5.x runtimes before v5 support refuse: `Auto`
-//!   then falls back to hiprtc, which emits what the runtime loads.)
+//! * Kernels (kernels/hip: the kv-head-grid partitioned kernel in
+//!   decode_kvgrid.hip, the state merge in merge_states.hip, each file its
+//!   own module): the code object compiled at build time for the device's
+//!   architecture (gfx90a, gfx942) when build.rs found a compiler; otherwise,
+//!   or for any other architecture, the embedded source compiled by hiprtc
+//!   at first use for the device's exact `gcnArchName` and cached on disk.
+//!   (clang-19 writes code object v5, which ROCm 5.x runtimes before v5
+//!   support refuse: `Auto` then falls back to hiprtc, which emits what the
+//!   runtime loads.) The decode module loads when the backend opens, the
+//!   merge module at the first merge.
 //!
 //! Layering follows cudarc: [`sys`] holds the raw C signatures, [`runtime`]
 //! and [`hiprtc`] the checked calls (every failure an [`Error`] naming the
@@ -32,7 +35,7 @@ use decode_attn_core::{
     DType, DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, MergeArgs, Plan, Result,
 };
 
-use decode_attn_core::abi::DecodeParams;
+use decode_attn_core::abi::{DecodeParams, MergeParams};
 use device::{Context, DeviceMemory, Event, Function, Module, Stream};
 pub use hiprtc::{default_cache_dir, Hiprtc, HIPRTC_CANDIDATES};
 pub use runtime::{DeviceInfo, Runtime, RUNTIME_CANDIDATES};
@@ -82,9 +85,10 @@ impl HipOptions {
     }
 }
 
-/// Whether this build embeds code objects compiled at build time, and for which architectures.
+/// Whether this build embeds code objects compiled at build time, and for
+/// which architectures (those every kernel file has one for).
 pub fn embedded_architectures() -> Vec<&'static str> {
-    kernels::code_objects().iter().map(|(arch, _)| *arch).collect()
+    kernels::architectures()
 }
 
 /// Number of HIP devices, or why there are none: no runtime library, a
@@ -116,15 +120,26 @@ impl DeviceBuffer for HipBuffer {
 
 /// One HIP device with the decode kernels loaded, working on one stream.
 pub struct HipBackend {
-    // Dropped in this order: kernel handles, then the module they belong to,
+    // Dropped in this order: kernel handles, then the modules they belong to,
     // then the stream, then (when the last buffer is gone) the runtime.
+    // Lock order: `functions`, then `modules`.
     functions: Mutex<HashMap<String, Function>>,
-    module: Module,
+    /// One module per kernel file loaded so far (never removed, so the
+    /// handles in `functions` stay valid).
+    modules: Mutex<Vec<LoadedModule>>,
     stream: Stream,
     ctx: Arc<Context>,
     info: DeviceInfo,
     props: DeviceProps,
+    options: HipOptions,
     kernel_origin: String,
+}
+
+/// The module of one kernel file (kernels::KernelFile) and where it came from.
+struct LoadedModule {
+    stem: &'static str,
+    module: Module,
+    origin: String,
 }
 
 impl HipBackend {
@@ -151,7 +166,7 @@ impl HipBackend {
         let info = DeviceInfo::query(&runtime, ordinal)?;
         let ctx = Arc::new(Context { runtime, ordinal });
         let stream = Stream::new(&ctx)?;
-        let (module, kernel_origin) = load_module(&ctx, &info, options)?;
+        let (module, kernel_origin) = load_module(&ctx, &info, options, kernels::DECODE_FILE)?;
         let peak = info.peak_bandwidth_gbps();
         let mut backend = HipBackend {
             props: DeviceProps {
@@ -164,10 +179,15 @@ impl HipBackend {
                 launch_overhead_us: 4.0,
             },
             functions: Mutex::new(HashMap::new()),
-            module,
+            modules: Mutex::new(vec![LoadedModule {
+                stem: kernels::DECODE_FILE,
+                module,
+                origin: kernel_origin.clone(),
+            }]),
             stream,
             ctx,
             info,
+            options: options.clone(),
             kernel_origin,
         };
         // The planner's occupancy: Llama-shaped workgroups of the kernel.
@@ -179,9 +199,18 @@ impl HipBackend {
         Ok(backend)
     }
 
-    /// Where the loaded kernels came from (embedded code object or hiprtc).
+    /// Where the decode kernels came from (embedded code object or hiprtc).
     pub fn kernel_origin(&self) -> &str {
         &self.kernel_origin
+    }
+
+    /// `(file stem, origin)` of every module loaded so far: the decode
+    /// kernels' always, the merge kernel's after the first merge.
+    pub fn kernel_origins(&self) -> Vec<(&'static str, String)> {
+        match self.modules.lock() {
+            Ok(modules) => modules.iter().map(|m| (m.stem, m.origin.clone())).collect(),
+            Err(_) => vec![(kernels::DECODE_FILE, self.kernel_origin.clone())],
+        }
     }
 
     /// What the runtime reports about the device.
@@ -197,10 +226,24 @@ impl HipBackend {
         if let Some(f) = functions.get(name) {
             return Ok(*f);
         }
-        self.ctx.activate()?;
-        let f = self.module.function(name).map_err(|e| Error::Device {
+        let stem = kernels::kernel_file(name);
+        let mut modules = self.modules.lock().map_err(|_| Error::Device {
             backend: BACKEND,
-            message: format!("kernel {name} missing from the loaded module ({}): {e}", self.kernel_origin),
+            message: "module table lock poisoned by an earlier panic".into(),
+        })?;
+        let index = match modules.iter().position(|m| m.stem == stem) {
+            Some(index) => index,
+            None => {
+                let (module, origin) = load_module(&self.ctx, &self.info, &self.options, stem)?;
+                modules.push(LoadedModule { stem, module, origin });
+                modules.len() - 1
+            }
+        };
+        let loaded = &modules[index];
+        self.ctx.activate()?;
+        let f = loaded.module.function(name).map_err(|e| Error::Device {
+            backend: BACKEND,
+            message: format!("kernel {name} missing from the loaded {stem} module ({}): {e}", loaded.origin),
         })?;
         functions.insert(name.to_string(), f);
         Ok(f)
@@ -236,21 +279,30 @@ impl HipBackend {
     }
 }
 
-/// Why no embedded code object serves `arch`, for messages.
-fn no_embedded_object(arch: &str) -> String {
-    let archs = embedded_architectures();
+/// Why no embedded code object of kernel file `stem` serves `arch`, for messages.
+fn no_embedded_object(stem: &str, arch: &str) -> String {
+    let archs: Vec<&str> = kernels::file(stem).map_or(Vec::new(), |f| f.code_objects.iter().map(|o| o.0).collect());
     if archs.is_empty() {
-        format!("this build embeds no HIP code objects ({})", kernels::aot_note())
+        format!("this build embeds no HIP code objects for {arch} ({})", kernels::aot_note())
     } else {
         format!("this build embeds code objects for {} only, not {arch}", archs.join(", "))
     }
 }
 
-fn load_module(ctx: &Arc<Context>, info: &DeviceInfo, options: &HipOptions) -> Result<(Module, String)> {
+/// The module of kernel file `stem` (decode_kvgrid, merge_states) for this
+/// device: its embedded code object, else hiprtc (as `options` allow), and
+/// a note on where it came from.
+fn load_module(
+    ctx: &Arc<Context>,
+    info: &DeviceInfo,
+    options: &HipOptions,
+    stem: &'static str,
+) -> Result<(Module, String)> {
     let arch = info.arch_name.as_str();
-    let mut why_hiprtc = no_embedded_object(arch);
+    let mut why_hiprtc = no_embedded_object(stem, arch);
+    let objects = kernels::file(stem).map_or(&[][..], |f| f.code_objects);
     if options.kernels != KernelSource::Hiprtc {
-        match kernels::select(arch, kernels::code_objects()) {
+        match kernels::select(arch, objects) {
             Some((object_arch, bytes)) => match Module::load(ctx, bytes) {
                 Ok(module) => return Ok((module, format!("embedded code object ({object_arch})"))),
                 Err(err) if options.kernels == KernelSource::Embedded => return Err(err),
@@ -272,23 +324,26 @@ fn load_module(ctx: &Arc<Context>, info: &DeviceInfo, options: &HipOptions) -> R
         }
         None => Hiprtc::load(Some(&ctx.runtime.library)),
     };
-    let code = compile_with(hiprtc, arch, &why_hiprtc, options.cache_dir.as_deref())?;
+    let code = compile_with(hiprtc, stem, arch, &why_hiprtc, options.cache_dir.as_deref())?;
     let module = Module::load(ctx, &code.0)?;
     Ok((module, code.1))
 }
 
-/// Compiles the embedded source with `hiprtc` (or says why it cannot:
-/// `why_hiprtc` is why the embedded code objects did not serve).
+/// Compiles the embedded source of kernel file `stem` with `hiprtc` (or says
+/// why it cannot: `why_hiprtc` is why the embedded code objects did not serve).
 fn compile_with(
     hiprtc: Result<Hiprtc>,
+    stem: &str,
     arch: &str,
     why_hiprtc: &str,
     cache_dir: Option<&std::path::Path>,
 ) -> Result<(Vec<u8>, String)> {
-    let Some((name, text)) = kernels::source() else {
+    let Some(file) = kernels::file(stem) else {
         return Err(Error::Unavailable {
             backend: BACKEND,
-            reason: format!("{why_hiprtc}, and it has no HIP kernel source for hiprtc (kernels/hip was empty)"),
+            reason: format!(
+                "{why_hiprtc}, and it has no HIP kernel source for hiprtc (kernels/hip had no {stem}.hip at build time)"
+            ),
         });
     };
     let hiprtc = hiprtc.map_err(|err| {
@@ -304,7 +359,7 @@ fn compile_with(
             ),
         }
     })?;
-    let source = hiprtc::Source { name, text, headers: kernels::headers() };
+    let source = hiprtc::Source { name: file.name, text: file.text, headers: file.headers };
     let code = hiprtc.compile(&source, arch, cache_dir)?;
     let (major, minor) = hiprtc.version();
     Ok((code, format!("hiprtc {major}.{minor} ({}), {arch}; {why_hiprtc}", hiprtc.library)))
@@ -411,11 +466,64 @@ impl DecodeAttention for HipBackend {
 
     fn merge_attn_states(&self, args: MergeArgs<'_, HipBuffer>) -> Result<()> {
         args.check()?;
-        Err(Error::Unsupported {
-            backend: BACKEND,
-            what: "merge_attn_states (kernels/hip has no merge kernel yet; merge on the host or the CPU backend)"
-                .into(),
-        })
+        if !kernels::DTYPES.contains(&args.dtype) {
+            return Err(Error::UnsupportedDTypes {
+                backend: BACKEND,
+                q: args.dtype,
+                kv: args.dtype,
+                out: args.dtype,
+                why: "the HIP merge kernel is built for f32, f16 and bf16",
+            });
+        }
+        if args.num_tokens == 0 || args.num_heads == 0 {
+            return Ok(());
+        }
+        let grid = kernels::merge_grid(args.num_tokens, args.num_heads, args.head_dim, args.dtype)?;
+        let count = |value: usize, what: &str| {
+            i32::try_from(value)
+                .map_err(|_| Error::Unsupported { backend: BACKEND, what: format!("a merge of {value} {what}") })
+        };
+        let params = MergeParams {
+            prefix: self.addr(args.prefix, "prefix")?,
+            prefix_lse: self.addr(args.prefix_lse, "prefix_lse")?,
+            suffix: self.addr(args.suffix, "suffix")?,
+            suffix_lse: self.addr(args.suffix_lse, "suffix_lse")?,
+            out: self.addr(args.out, "out")?,
+            out_lse: match args.out_lse.as_deref() {
+                Some(out_lse) => self.addr(out_lse, "out_lse")?,
+                None => 0,
+            },
+            num_tokens: count(args.num_tokens, "tokens")?,
+            num_heads: count(args.num_heads, "heads")?,
+            head_dim: count(args.head_dim, "dims a head")?,
+            _pad: 0,
+        };
+        // Looked up (the merge module loaded, at the first merge) before
+        // anything is launched.
+        let merge = self.function(&kernels::merge_kernel(args.dtype))?;
+        self.ctx.activate()?;
+        let mut by_value = params;
+        let mut kernel_params = [(&mut by_value as *mut MergeParams).cast::<c_void>()];
+        // SAFETY: merge_states_<T> takes one `MergeParams` by value, which
+        // `by_value` mirrors byte for byte (core's abi tests pin its layout
+        // against decode_params.h); `MergeArgs::check` verified that prefix,
+        // suffix and out hold num_tokens * num_heads * head_dim elements of
+        // `dtype` and the LSE buffers num_tokens * num_heads f32 each, `addr`
+        // that all live on this device, and out_lse is null when absent, which
+        // the kernel tests; `merge_grid` is the grid merge_states.hip expects
+        // (threads past the last chunk return without touching memory); the
+        // runtime copies the parameters at launch; a buffer dropped before the
+        // kernel ends is freed by hipFree, which waits for the device first.
+        unsafe {
+            self.ctx.runtime.launch(
+                merge.raw(),
+                grid,
+                (kernels::THREADS, 1, 1),
+                0,
+                self.stream.raw(),
+                &mut kernel_params,
+            )
+        }
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -582,18 +690,49 @@ mod tests {
 
     #[test]
     fn absent_hiprtc_explains_both_missing_paths() {
-        let hiprtc = Hiprtc::load_from(&["/nonexistent/libhiprtc.so.6"]);
-        let why = no_embedded_object("gfx1100");
-        let err = compile_with(hiprtc, "gfx1100", &why, None).unwrap_err();
-        let text = err.to_string();
-        assert!(matches!(err, Error::Unavailable { backend: "hip", .. }), "{err:?}");
-        assert!(text.contains("gfx1100"), "{text}");
-        if kernels::source().is_some() {
-            assert!(text.contains("hiprtc cannot compile the source: no hiprtc found"), "{text}");
-            assert!(text.contains("/nonexistent/libhiprtc.so.6"), "{text}");
-            assert!(text.contains("Install ROCm's hiprtc"), "{text}");
-        } else {
-            assert!(text.contains("no HIP kernel source"), "{text}");
+        for stem in [kernels::DECODE_FILE, kernels::MERGE_FILE, "not_a_kernel_file"] {
+            let hiprtc = Hiprtc::load_from(&["/nonexistent/libhiprtc.so.6"]);
+            let why = no_embedded_object(stem, "gfx1100");
+            let err = compile_with(hiprtc, stem, "gfx1100", &why, None).unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, Error::Unavailable { backend: "hip", .. }), "{err:?}");
+            assert!(text.contains("gfx1100"), "{text}");
+            if kernels::file(stem).is_some() {
+                assert!(text.contains("hiprtc cannot compile the source: no hiprtc found"), "{text}");
+                assert!(text.contains("/nonexistent/libhiprtc.so.6"), "{text}");
+                assert!(text.contains("Install ROCm's hiprtc"), "{text}");
+            } else {
+                assert!(text.contains("no HIP kernel source"), "{text}");
+                assert!(text.contains(&format!("no {stem}.hip")), "{text}");
+            }
+        }
+    }
+
+    /// The merge kernel's source through the installed hiprtc, for gfx90a (no
+    /// device needed; seconds): every entry point is in the code object.
+    /// Skips without hiprtc. (Not gfx942: ROCm 5's hiprtc, Debian's, aborts
+    /// the process on an architecture it does not know.)
+    #[test]
+    fn hiprtc_compiles_the_merge_kernel_when_installed() {
+        for arch in ["gfx90a"] {
+            let Ok(hiprtc) = Hiprtc::load(RUNTIME_CANDIDATES.first().copied()) else {
+                eprintln!("hiprtc not installed: skipping");
+                return;
+            };
+            let library = hiprtc.library.clone();
+            let (code, origin) = match compile_with(Ok(hiprtc), kernels::MERGE_FILE, arch, "test", None) {
+                Ok(compiled) => compiled,
+                // As in hiprtc.rs: some distribution builds cannot compile without a device runtime.
+                Err(err) => {
+                    eprintln!("hiprtc ({library}) could not compile here: {err}");
+                    return;
+                }
+            };
+            eprintln!("{origin}: {} bytes", code.len());
+            for name in kernels::kernel_names(kernels::MERGE_FILE) {
+                let needle = [name.as_bytes(), b"\0"].concat();
+                assert!(code.windows(needle.len()).any(|w| w == needle.as_slice()), "{arch}: no symbol {name}");
+            }
         }
     }
 
@@ -619,17 +758,20 @@ mod tests {
         assert!(matches!(supports(&problem(8, 8, mixed, vec![10])), Err(Error::UnsupportedDTypes { .. })));
     }
 
-    /// The whole embedded source through the installed hiprtc, for gfx90a
-    /// (no device needed). Slow (all 48 entry points): run with `--ignored`.
+    /// Every embedded source through the installed hiprtc, for gfx90a (no
+    /// device needed). Slow (the decode file's 48 entry points): run with
+    /// `--ignored`.
     #[test]
     #[ignore]
-    fn hiprtc_compiles_the_embedded_kernel() {
-        let hiprtc = Hiprtc::load(RUNTIME_CANDIDATES.first().copied());
-        let (code, origin) = compile_with(hiprtc, "gfx90a", "test", None).unwrap();
-        eprintln!("{origin}: {} bytes", code.len());
-        for name in kernels::all_kernel_names() {
-            let needle = [name.as_bytes(), b"\0"].concat();
-            assert!(code.windows(needle.len()).any(|w| w == needle.as_slice()), "no symbol {name}");
+    fn hiprtc_compiles_the_embedded_kernels() {
+        for file in kernels::files() {
+            let hiprtc = Hiprtc::load(RUNTIME_CANDIDATES.first().copied());
+            let (code, origin) = compile_with(hiprtc, file.stem, "gfx90a", "test", None).unwrap();
+            eprintln!("{}: {origin}: {} bytes", file.stem, code.len());
+            for name in kernels::kernel_names(file.stem) {
+                let needle = [name.as_bytes(), b"\0"].concat();
+                assert!(code.windows(needle.len()).any(|w| w == needle.as_slice()), "{}: no symbol {name}", file.stem);
+            }
         }
     }
 
