@@ -1,8 +1,10 @@
 //! Project automation, run as `cargo xtask <task>` (an alias in .cargo/config.toml).
 //!
 //! * `kernels`: compile every kernel for every target, failing on any error,
-//!   warning or register spill. Installs nvcc 13.0 from PyPI wheels into
-//!   `.tools/cuda` when no nvcc is found (no CUDA install or GPU needed).
+//!   warning or register spill: kernels/cuda with nvcc, kernels/hip with
+//!   clang-19 for AMD and, as CUDA, with nvcc (the portable kernels the CUDA
+//!   backend can compile with NVRTC). Installs nvcc 13.0 from PyPI wheels
+//!   into `.tools/cuda` when no nvcc is found (no CUDA install or GPU needed).
 //! * `ci`: what `.ci/run` runs: formatting, kernels, clippy, the test suite.
 //! * `bench [ARGS]`: `decode-attn bench --grid peers` on the default backend.
 //! * `test-all-gpus`: the conformance sweep (`decode-attn check`) on every
@@ -23,7 +25,8 @@ const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
   kernels       compile every kernel under kernels/ for every target (sm_80, sm_90 + PTX;
-                gfx90a, gfx942 once kernels/hip has sources); fails on any warning or spill
+                gfx90a, gfx942 once kernels/hip has sources, whose .hip files are also
+                compiled as CUDA for sm_80, sm_90); fails on any warning or spill
   ci            cargo fmt --check, kernels, clippy -D warnings, cargo test --workspace
   bench [ARGS]  decode-attn bench --grid peers on the default backend (ARGS are passed on)
   test-all-gpus the conformance sweep on every CUDA and HIP device present, serially;
@@ -253,11 +256,19 @@ fn parse_ptxas(log: &str) -> Vec<PtxasEntry> {
 }
 
 /// Every `.cu` directly in `kernels/cuda` (the kernels; `kernels/cuda/test/`
-/// holds a standalone host-side check, which is not a kernel to ship).
+/// holds a standalone host-side check, which is not a kernel to ship), and
+/// every portable `.hip` of `kernels/hip` compiled as CUDA (`-x cu`, include
+/// folders `kernels/cuda` and `kernels/hip`): the CUDA backend compiles
+/// decode_kvgrid.hip with NVRTC when it selects that kernel, so its NVIDIA
+/// build is checked here the same way as decode.cu's (warnings as errors, no
+/// spills), into `target/kernels/cuda-portable` (a check only: nothing embeds
+/// those fatbins).
 fn compile_cuda_kernels(root: &Path) -> Result<Option<PathBuf>> {
-    let dir = root.join("kernels/cuda");
-    let files = sources(&dir, &["cu"])?;
-    if files.is_empty() {
+    let cuda_dir = root.join("kernels/cuda");
+    let hip_dir = root.join("kernels/hip");
+    let native = sources(&cuda_dir, &["cu"])?;
+    let portable = sources(&hip_dir, &["hip"])?;
+    if native.is_empty() && portable.is_empty() {
         println!("kernels/cuda: no .cu sources, nothing to compile");
         return Ok(None);
     }
@@ -268,78 +279,107 @@ fn compile_cuda_kernels(root: &Path) -> Result<Option<PathBuf>> {
     let (_, version) = capture(Command::new(&nvcc).arg("--version"))?;
     let release = version.lines().find(|l| l.contains("release")).unwrap_or("version unknown").trim().to_string();
     println!("kernels/cuda: {} ({release})", nvcc.display());
-    let out_dir = root.join("target/kernels/cuda");
-    fs::create_dir_all(&out_dir).map_err(|err| format!("cannot create {}: {err}", out_dir.display()))?;
     let mut failed = Vec::new();
-    for file in &files {
-        let started = Instant::now();
-        let stem = file.file_stem().and_then(OsStr::to_str).unwrap_or("kernel");
-        let mut cmd = Command::new(&nvcc);
-        cmd.args(["-std=c++17", "-O3", "--fatbin", "-Werror", "all-warnings", "-Xptxas", "-v", "--threads", "0"]);
-        for arch in CUDA_ARCHS {
-            cmd.arg(format!("-gencode=arch=compute_{arch},code=sm_{arch}"));
+    let native_out = root.join("target/kernels/cuda");
+    for file in &native {
+        if !nvcc_check(&nvcc, file, false, &[&cuda_dir], &native_out)? {
+            failed.push(file_name(file));
         }
-        if let Some(newest) = CUDA_ARCHS.last() {
-            cmd.arg(format!("-gencode=arch=compute_{newest},code=compute_{newest}"));
+    }
+    let portable_out = root.join("target/kernels/cuda-portable");
+    for file in &portable {
+        if !nvcc_check(&nvcc, file, true, &[&cuda_dir, &hip_dir], &portable_out)? {
+            failed.push(format!("{} (as CUDA)", file_name(file)));
         }
-        // The PyPI wheels keep the CCCL headers (cuda/std/...) in their own folder.
-        if let Some(prefix) = nvcc.parent().and_then(Path::parent) {
-            let cccl = prefix.join("include/cccl");
-            if cccl.is_dir() {
-                cmd.arg(format!("-I{}", cccl.display()));
-            }
-        }
-        cmd.arg(format!("-I{}", dir.display())).arg(file).arg("-o").arg(out_dir.join(format!("{stem}.fatbin")));
-        let (ok, log) = capture(&mut cmd)?;
-        let entries = parse_ptxas(&log);
-        let spills: Vec<String> = entries
-            .iter()
-            .filter(|e| e.spill_stores > 0 || e.spill_loads > 0)
-            .map(|e| {
-                format!(
-                    "{} ({}): {} B spill stores, {} B spill loads",
-                    e.function, e.arch, e.spill_stores, e.spill_loads
-                )
-            })
-            .collect();
-        let warnings: Vec<&str> = log.lines().filter(|l| l.to_ascii_lowercase().contains("warning")).collect();
-        let name = file.file_name().and_then(OsStr::to_str).unwrap_or(stem);
-        let seconds = started.elapsed().as_secs_f64();
-        if !ok || !spills.is_empty() || !warnings.is_empty() {
-            println!("{name}: FAILED after {seconds:.1} s");
-            if !ok {
-                // The compiler's own messages, without ptxas's per-function chatter.
-                for line in log.lines().filter(|l| !l.starts_with("ptxas info") && !l.starts_with("    ")) {
-                    println!("    {line}");
-                }
-            }
-            for line in warnings.iter().map(|w| w.to_string()).chain(spills) {
-                println!("    {line}");
-            }
-            failed.push(name.to_string());
-            continue;
-        }
-        let archs: Vec<&str> = {
-            let mut a: Vec<&str> = entries.iter().map(|e| e.arch.as_str()).collect();
-            a.sort();
-            a.dedup();
-            a
-        };
-        let max_registers = entries.iter().map(|e| e.registers).max().unwrap_or(0);
-        println!(
-            "{name}: ok in {seconds:.1} s; {} entry functions x {} ({}), PTX compute_{}; max {max_registers} registers, \
-             no spills, no warnings",
-            entries.len() / archs.len().max(1),
-            archs.len(),
-            archs.join(", "),
-            CUDA_ARCHS.last().unwrap_or(&"?")
-        );
     }
     if failed.is_empty() {
         Ok(Some(nvcc))
     } else {
         Err(format!("kernels/cuda: {} failed: {}", failed.len(), failed.join(", ")))
     }
+}
+
+fn file_name(file: &Path) -> String {
+    file.file_name().and_then(OsStr::to_str).unwrap_or("kernel").to_string()
+}
+
+/// Compiles one file with nvcc for every [`CUDA_ARCHS`] (SASS, plus PTX of
+/// the newest) into `out_dir/STEM.fatbin`, `-x cu` when `as_cuda` (a file
+/// whose extension nvcc would not take as CUDA), with `includes` as `-I`
+/// folders. Prints one line (or the failure's details); returns whether it
+/// compiled with no warning and no spill.
+fn nvcc_check(nvcc: &Path, file: &Path, as_cuda: bool, includes: &[&Path], out_dir: &Path) -> Result<bool> {
+    fs::create_dir_all(out_dir).map_err(|err| format!("cannot create {}: {err}", out_dir.display()))?;
+    let started = Instant::now();
+    let (ok, log) = capture(&mut nvcc_command(nvcc, file, as_cuda, includes, out_dir))?;
+    let entries = parse_ptxas(&log);
+    let spills: Vec<String> = entries
+        .iter()
+        .filter(|e| e.spill_stores > 0 || e.spill_loads > 0)
+        .map(|e| {
+            format!("{} ({}): {} B spill stores, {} B spill loads", e.function, e.arch, e.spill_stores, e.spill_loads)
+        })
+        .collect();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.to_ascii_lowercase().contains("warning")).collect();
+    let name = if as_cuda { format!("{} (as CUDA)", file_name(file)) } else { file_name(file) };
+    let seconds = started.elapsed().as_secs_f64();
+    if !ok || !spills.is_empty() || !warnings.is_empty() {
+        println!("{name}: FAILED after {seconds:.1} s");
+        if !ok {
+            // The compiler's own messages, without ptxas's per-function chatter.
+            for line in log.lines().filter(|l| !l.starts_with("ptxas info") && !l.starts_with("    ")) {
+                println!("    {line}");
+            }
+        }
+        for line in warnings.iter().map(|w| w.to_string()).chain(spills) {
+            println!("    {line}");
+        }
+        return Ok(false);
+    }
+    let archs: Vec<&str> = {
+        let mut a: Vec<&str> = entries.iter().map(|e| e.arch.as_str()).collect();
+        a.sort();
+        a.dedup();
+        a
+    };
+    let max_registers = entries.iter().map(|e| e.registers).max().unwrap_or(0);
+    println!(
+        "{name}: ok in {seconds:.1} s; {} entry functions x {} ({}), PTX compute_{}; max {max_registers} registers, \
+         no spills, no warnings",
+        entries.len() / archs.len().max(1),
+        archs.len(),
+        archs.join(", "),
+        CUDA_ARCHS.last().unwrap_or(&"?")
+    );
+    Ok(true)
+}
+
+/// The nvcc command of [`nvcc_check`].
+fn nvcc_command(nvcc: &Path, file: &Path, as_cuda: bool, includes: &[&Path], out_dir: &Path) -> Command {
+    let stem = file.file_stem().and_then(OsStr::to_str).unwrap_or("kernel");
+    let mut cmd = Command::new(nvcc);
+    if as_cuda {
+        cmd.args(["-x", "cu"]);
+    }
+    cmd.args(["-std=c++17", "-O3", "--fatbin", "-Werror", "all-warnings", "-Xptxas", "-v", "--threads", "0"]);
+    for arch in CUDA_ARCHS {
+        cmd.arg(format!("-gencode=arch=compute_{arch},code=sm_{arch}"));
+    }
+    if let Some(newest) = CUDA_ARCHS.last() {
+        cmd.arg(format!("-gencode=arch=compute_{newest},code=compute_{newest}"));
+    }
+    // The PyPI wheels keep the CCCL headers (cuda/std/...) in their own folder.
+    if let Some(prefix) = nvcc.parent().and_then(Path::parent) {
+        let cccl = prefix.join("include/cccl");
+        if cccl.is_dir() {
+            cmd.arg(format!("-I{}", cccl.display()));
+        }
+    }
+    for dir in includes {
+        cmd.arg(format!("-I{}", dir.display()));
+    }
+    cmd.arg(file).arg("-o").arg(out_dir.join(format!("{stem}.fatbin")));
+    cmd
 }
 
 /// HIP kernels (`kernels/hip/*.hip` or `*.cpp`), compiled device-only for each
@@ -651,6 +691,35 @@ auto picks cuda: NVIDIA H200 (132 multiprocessors)
         assert_eq!(parse_check_summary("PASS  x\n126 passed, 0 failed, 32 skipped\n"), Some((126, 0, 32)));
         assert_eq!(parse_check_summary("3 passed, 1 failed\n"), Some((3, 1, 0)));
         assert_eq!(parse_check_summary("nothing here"), None);
+    }
+
+    #[test]
+    fn portable_kernels_compile_as_cuda_with_both_include_folders() {
+        let root = Path::new("/w");
+        let (cuda, hip) = (root.join("kernels/cuda"), root.join("kernels/hip"));
+        let out = root.join("target/kernels/cuda-portable");
+        let file = hip.join("merge_states.hip");
+        let cmd = nvcc_command(Path::new("/nonexistent/bin/nvcc"), &file, true, &[&cuda, &hip], &out);
+        let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(args[..2], ["-x", "cu"]);
+        for expected in [
+            "-Werror",
+            "all-warnings",
+            "-gencode=arch=compute_80,code=sm_80",
+            "-gencode=arch=compute_90,code=sm_90",
+            "-I/w/kernels/cuda",
+            "-I/w/kernels/hip",
+            "/w/kernels/hip/merge_states.hip",
+            "/w/target/kernels/cuda-portable/merge_states.fatbin",
+        ] {
+            assert!(args.iter().any(|a| a == expected), "no {expected} in {args:?}");
+        }
+        let at = |s: &str| args.iter().position(|a| a == s).unwrap();
+        assert_eq!(at("-Xptxas") + 1, at("-v"), "ptxas must report spills");
+        // decode.cu is CUDA by its extension: no -x, only its own folder.
+        let native = nvcc_command(Path::new("nvcc"), &cuda.join("decode.cu"), false, &[&cuda], root);
+        let args: Vec<String> = native.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert!(!args.iter().any(|a| a == "-x" || a == "-I/w/kernels/hip"), "{args:?}");
     }
 
     #[test]
