@@ -142,11 +142,8 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     const SeqSplit cut = split_rule(p, len);
     const bool unsplit = p.num_splits == 1;
     // Surplus splits exit at once; the unsplit CTA always writes (zeros for s = 0, NaN for a bad sequence).
-    if (!unsplit && (unsigned long long)split >= cut.active_splits) {
-        if (p.split_counters != nullptr && split == 0) store_empty_rows<T, HEAD_DIM>(p, b, head0, num_heads, !seq.ok);
-        return;
-    }
-    da_launch_dependents();
+    if (!unsplit && (unsigned long long)split >= cut.active_splits) return;
+    da_launch_dependents();  // the reducer may start; it waits for this grid's stores
     const long long start = (long long)split * (long long)cut.tiles_per_split * TILE;
     const long long end = da_min_ll(len, start + (long long)cut.tiles_per_split * TILE);
 
@@ -375,11 +372,6 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     }
     __syncthreads();
     store_cta_state<T, HEAD_DIM, G::WARPS>(p, warp_m, warp_l, warp_acc, HEADS, num_heads, b, head0, split, bad);
-    if (!unsplit && p.split_counters != nullptr) {
-        // The ring again: reduce_splits_if_last's barrier comes before it writes.
-        reduce_splits_if_last<T, HEAD_DIM>(p, b, head0, num_heads, (int)cut.active_splits,
-                                           reinterpret_cast<float*>(mma_ring));
-    }
 }
 
 #define DA_MMA_ENTRY(T, TNAME, D)                                                                                  \

@@ -11,7 +11,6 @@
 //   kv_indices        [kv_indptr[num_seqs]] slots                  (int32)  layout 1
 //   partial_acc       [num_seqs, num_q_heads, num_splits, head_dim] (f32, unnormalised)
 //   partial_ml        [num_seqs, num_q_heads, num_splits, 2]        (f32: max in log2 units, sum)
-//   split_counters    [num_seqs, grid rows]                        (u32, optional; see the field)
 //
 // Query head h reads KV head h / (num_q_heads / num_kv_heads).
 // Token t of sequence b lives in slot
@@ -57,12 +56,6 @@ struct DecodeParams {
     int min_tiles_per_split;
     float scale_log2;        // softmax_scale * log2(e): scores are kept in log2 units
     int _pad;
-    // Fused split reduce (decode_stream.cuh, reduce_splits_if_last): when not
-    // null and num_splits > 1, one counter per (sequence, grid row y), index
-    // b * gridDim.y + y, zero on entry; the last CTA of each to finish merges
-    // its heads' partial rows and sets the counter back to zero, so no reducer
-    // launch follows. Null: the reducer kernel merges the splits.
-    unsigned* split_counters;
 };
 
 struct MergeParams {

@@ -29,15 +29,8 @@ DA_DEVICE uint4 da_ld_stream16(const void* ptr) {
     return r;
 }
 DA_DEVICE int da_syncthreads_or(int predicate) { return __syncthreads_or(predicate); }
-// The fused reduce's ticket: release this thread's stores device-wide, take a
-// ticket, and read other CTAs' rows from L2 (L1 is not coherent across SMs).
-DA_DEVICE void da_threadfence() { __threadfence(); }
-DA_DEVICE unsigned da_atomic_add(unsigned* counter, unsigned v) { return atomicAdd(counter, v); }
-DA_DEVICE void da_atomic_store_zero(unsigned* counter) { atomicExch(counter, 0u); }
-DA_DEVICE float da_load_l2(const float* ptr) { return __ldcg(ptr); }
-DA_DEVICE float4 da_load_l2(const float4* ptr) { return __ldcg(ptr); }
-// Programmatic dependent launch (sm_90): the decode kernel lets the reducer
-// launch early; the reducer waits for the decode grid's stores before reading
+// Programmatic dependent launch (sm_90): the decode kernels let their reducer
+// launch while they drain; the reducer waits for their stores before reading
 // them. Both are no-ops when the reducer was launched without the attribute.
 DA_DEVICE void da_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -129,91 +122,6 @@ DA_DEVICE void store_cta_state(const DecodeParams& p, const float* warp_m, const
     }
 }
 
-// Outputs of a CTA whose sequence has no active split (length 0: zeros; a bad
-// sequence: NaN), written by split 0 when the reduce is fused (otherwise the
-// reducer kernel writes them).
-template <typename T, int HEAD_DIM>
-DA_DEVICE void store_empty_rows(const DecodeParams& p, int b, int head0, int num_heads, bool bad) {
-    for (int i = threadIdx.x; i < num_heads * HEAD_DIM; i += DECODE_THREADS) {
-        const long long q_head = (long long)b * p.num_q_heads + head0 + i / HEAD_DIM;
-        Elem<T>::store(p.out, q_head * HEAD_DIM + i % HEAD_DIM, bad ? da_nan() : 0.f);
-    }
-}
-
-// The fused split reduce, after store_cta_state wrote this split's partial
-// rows: the CTA takes a ticket on its (sequence, grid row) counter; the last
-// of the `active` CTAs to arrive merges the rows of its num_heads heads
-// exactly as decode_stream_reduce_body does (M = max m_j, w_j = 2^(m_j - M),
-// out = sum w_j acc_j / sum w_j l_j, zeros when that sum is 0) and resets the
-// counter for the next call (also the next replay of a captured graph).
-// Why: at small KV the second launch and its dependent loads were about half
-// of a call's time. Its cost grows with active splits * heads (one CTA reads
-// them all from L2), so the host fuses only small split counts.
-// `scratch`: shared memory for num_heads * (active + 1) floats, free to reuse.
-template <typename T, int HEAD_DIM>
-DA_DEVICE void reduce_splits_if_last(const DecodeParams& p, int b, int head0, int num_heads, int active,
-                                     float* scratch) {
-    constexpr int WARPS = DECODE_THREADS / DA_WARP_SIZE;
-    constexpr int ROW_VECS = HEAD_DIM / 4;  // float4 per partial row
-    static_assert(HEAD_DIM % 4 == 0, "rows are whole float4");
-    da_threadfence();  // this thread's partial stores, visible before the ticket
-    int last = 0;
-    if (threadIdx.x == 0) {
-        unsigned* counter = p.split_counters + (long long)b * gridDim.y + blockIdx.y;
-        last = da_atomic_add(counter, 1u) + 1u == (unsigned)active;
-        // Every active CTA has taken its ticket: none touches the counter again.
-        if (last) da_atomic_store_zero(counter);
-    }
-    // Also: every thread is done with store_cta_state's shared memory.
-    if (!da_syncthreads_or(last)) return;
-    da_threadfence();  // the other CTAs' rows are read after their tickets
-
-    float* weight = scratch;                    // [num_heads][active]: 2^(m_j - M)
-    float* sum_l = scratch + num_heads * active;  // [num_heads]: sum w_j l_j
-    const int warp = threadIdx.x / DA_WARP_SIZE;
-    const int lane = threadIdx.x % DA_WARP_SIZE;
-    for (int h = warp; h < num_heads; h += WARPS) {
-        const float* ml = p.partial_ml + 2 * ((long long)b * p.num_q_heads + head0 + h) * p.num_splits;
-        float big_m = da_neg_inf();
-        for (int j = lane; j < active; j += DA_WARP_SIZE) big_m = fmaxf(big_m, da_load_l2(ml + 2 * j));
-#pragma unroll
-        for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) big_m = fmaxf(big_m, da_shfl_xor(big_m, o));
-        float big_l = 0.f;
-        for (int j = lane; j < active; j += DA_WARP_SIZE) {
-            const float w = da_exp2(da_load_l2(ml + 2 * j) - big_m);
-            weight[h * active + j] = w;
-            big_l = fmaf(da_load_l2(ml + 2 * j + 1), w, big_l);
-        }
-#pragma unroll
-        for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) big_l += da_shfl_xor(big_l, o);
-        if (lane == 0) sum_l[h] = big_l;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < num_heads * ROW_VECS; i += DECODE_THREADS) {
-        const int h = i / ROW_VECS;
-        const int vec = i % ROW_VECS;
-        const long long q_head = (long long)b * p.num_q_heads + head0 + h;
-        const float4* acc = reinterpret_cast<const float4*>(p.partial_acc + q_head * p.num_splits * HEAD_DIM) + vec;
-        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-        for (int j = 0; j < active; ++j) {
-            const float4 row = da_load_l2(acc + (long long)j * ROW_VECS);
-            const float w = weight[h * active + j];
-            a.x = fmaf(row.x, w, a.x);
-            a.y = fmaf(row.y, w, a.y);
-            a.z = fmaf(row.z, w, a.z);
-            a.w = fmaf(row.w, w, a.w);
-        }
-        const float big_l = sum_l[h];
-        // `== 0` and not `> 0`: a NaN sum (a poisoned row) must stay NaN.
-        const long long o = q_head * HEAD_DIM + 4 * vec;
-        Elem<T>::store(p.out, o, big_l == 0.f ? 0.f : a.x / big_l);
-        Elem<T>::store(p.out, o + 1, big_l == 0.f ? 0.f : a.y / big_l);
-        Elem<T>::store(p.out, o + 2, big_l == 0.f ? 0.f : a.z / big_l);
-        Elem<T>::store(p.out, o + 3, big_l == 0.f ? 0.f : a.w / big_l);
-    }
-}
-
 template <typename T, int HEAD_DIM, int HEADS>
 DA_DEVICE void decode_stream_body(const DecodeParams& p) {
     using G = StreamGeometry<T, HEAD_DIM, HEADS>;
@@ -244,11 +152,8 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
     const SeqSplit cut = split_rule(p, len);
     const bool unsplit = p.num_splits == 1;
     // Surplus splits exit at once; the unsplit CTA always writes (zeros for s = 0, NaN for a bad sequence).
-    if (!unsplit && (unsigned long long)split >= cut.active_splits) {
-        if (p.split_counters != nullptr && split == 0) store_empty_rows<T, HEAD_DIM>(p, b, head0, num_heads, !seq.ok);
-        return;
-    }
-    da_launch_dependents();
+    if (!unsplit && (unsigned long long)split >= cut.active_splits) return;
+    da_launch_dependents();  // the reducer may start; it waits for this grid's stores
     const long long start = (long long)split * (long long)cut.tiles_per_split * DECODE_TILE_TOKENS;
     const long long end = da_min_ll(len, start + (long long)cut.tiles_per_split * DECODE_TILE_TOKENS);
 
@@ -463,18 +368,18 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
 
     store_cta_state<T, HEAD_DIM, G::WARPS>(p, &warp_m[0][0], &warp_l[0][0], &warp_acc[0][0][0], HEADS, num_heads, b,
                                            head0, split, bad);
-    if (!unsplit && p.split_counters != nullptr) {
-        DA_DYNAMIC_SHARED(stream_scratch);  // the ring: every warp is done with it (the barrier above)
-        reduce_splits_if_last<T, HEAD_DIM>(p, b, head0, num_heads, (int)cut.active_splits,
-                                           reinterpret_cast<float*>(stream_scratch));
-    }
 }
 
-// The split reducer: one CTA per (sequence, query head) merges the rows of the
-// active splits with one division; no active split (s = 0) gives zeros. The
-// splits' weights are computed in parallel, one thread per row, and the rows
-// are summed by several split lanes at once (see the body), so a reduce over
-// hundreds of splits costs a few rounds of loads, not hundreds.
+// The split reducer: one CTA of DECODE_REDUCE_THREADS per (sequence, query
+// head) merges the rows of the active splits with one division; no active
+// split (s = 0) gives zeros. The splits' weights are computed in parallel,
+// one thread per row, and the rows are summed by several split lanes at once
+// (see the body), so a reduce over hundreds of splits costs a few rounds of
+// loads, not hundreds. Launched programmatically on sm_90 (see
+// da_wait_for_producer), its CTAs are resident before the decode grid ends.
+#define DECODE_REDUCE_THREADS 256
+
+template <int THREADS>
 DA_DEVICE float da_block_max(float v, float* scratch) {
 #pragma unroll
     for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) v = fmaxf(v, da_shfl_xor(v, o));
@@ -482,11 +387,12 @@ DA_DEVICE float da_block_max(float v, float* scratch) {
     __syncthreads();
     float all = scratch[0];
 #pragma unroll
-    for (int w = 1; w < DECODE_THREADS / DA_WARP_SIZE; ++w) all = fmaxf(all, scratch[w]);
+    for (int w = 1; w < THREADS / DA_WARP_SIZE; ++w) all = fmaxf(all, scratch[w]);
     __syncthreads();
     return all;
 }
 
+template <int THREADS>
 DA_DEVICE float da_block_sum(float v, float* scratch) {
 #pragma unroll
     for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) v += da_shfl_xor(v, o);
@@ -494,7 +400,7 @@ DA_DEVICE float da_block_sum(float v, float* scratch) {
     __syncthreads();
     float all = 0.f;
 #pragma unroll
-    for (int w = 0; w < DECODE_THREADS / DA_WARP_SIZE; ++w) all += scratch[w];
+    for (int w = 0; w < THREADS / DA_WARP_SIZE; ++w) all += scratch[w];
     __syncthreads();
     return all;
 }
@@ -504,40 +410,61 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     // Thread (split lane, column group): 4 head dims of the rows j = split
     // lane (mod SPLIT_LANES), so a reduce over hundreds of splits keeps
     // SPLIT_LANES * UNROLL rows in flight instead of walking them one by one.
+    // The first UNROLL rows of each lane are loaded before the weights are
+    // known (they do not depend on them): at small split counts the whole
+    // reduce is then one round of loads, not two.
+    constexpr int THREADS = DECODE_REDUCE_THREADS;
     constexpr int ROW_VECS = HEAD_DIM / 4;  // float4 per partial row
-    constexpr int SPLIT_LANES = DECODE_THREADS / ROW_VECS > 0 ? DECODE_THREADS / ROW_VECS : 1;
+    constexpr int SPLIT_LANES = THREADS / ROW_VECS > 0 ? THREADS / ROW_VECS : 1;
+    constexpr int UNROLL = 8;
     static_assert(HEAD_DIM % 4 == 0, "rows are whole float4");
     __shared__ float weight[DECODE_MAX_SPLITS];
-    __shared__ float scratch[DECODE_THREADS / DA_WARP_SIZE];
+    __shared__ float scratch[THREADS / DA_WARP_SIZE];
     __shared__ __align__(16) float lane_sum[SPLIT_LANES][HEAD_DIM];
     const int b = blockIdx.x;
     const int head = blockIdx.y;
     const long long q_head = (long long)b * p.num_q_heads + head;
-    const SeqInfo seq = seq_info(p, b);  // inputs: readable before the decode grid finishes
-    da_wait_for_producer();
+    const SeqInfo seq = seq_info(p, b);  // an input: readable before the decode grid is done
     if (!seq.ok || p.num_splits > DECODE_MAX_SPLITS) {
-        for (int d = threadIdx.x; d < HEAD_DIM; d += DECODE_THREADS) Elem<T>::store(p.out, q_head * HEAD_DIM + d, da_nan());
+        for (int d = threadIdx.x; d < HEAD_DIM; d += THREADS) Elem<T>::store(p.out, q_head * HEAD_DIM + d, da_nan());
         return;
     }
     const int active = (int)split_rule(p, seq.len).active_splits;
+    da_wait_for_producer();  // the partial rows are not
+    const float4* acc = reinterpret_cast<const float4*>(p.partial_acc + q_head * p.num_splits * HEAD_DIM);
+    const int vec = threadIdx.x % ROW_VECS;
+    const int split_lane = threadIdx.x / ROW_VECS;
+    const bool summing = split_lane < SPLIT_LANES;
+    float4 first[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+        const int j = split_lane + u * SPLIT_LANES;
+        first[u] = summing && j < active ? acc[(long long)j * ROW_VECS + vec] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     const float* ml = p.partial_ml + 2 * q_head * p.num_splits;
     float big_m = da_neg_inf();
-    for (int j = threadIdx.x; j < active; j += DECODE_THREADS) big_m = fmaxf(big_m, ml[2 * j]);
-    big_m = da_block_max(big_m, scratch);
+    for (int j = threadIdx.x; j < active; j += THREADS) big_m = fmaxf(big_m, ml[2 * j]);
+    big_m = da_block_max<THREADS>(big_m, scratch);
     float big_l = 0.f;
-    for (int j = threadIdx.x; j < active; j += DECODE_THREADS) {
+    for (int j = threadIdx.x; j < active; j += THREADS) {
         const float w = da_exp2(ml[2 * j] - big_m);
         weight[j] = w;
         big_l += ml[2 * j + 1] * w;
     }
-    big_l = da_block_sum(big_l, scratch);  // also orders the weight writes before the reads below
-    const float4* acc = reinterpret_cast<const float4*>(p.partial_acc + q_head * p.num_splits * HEAD_DIM);
-    const int vec = threadIdx.x % ROW_VECS;
-    const int split_lane = threadIdx.x / ROW_VECS;
-    if (split_lane < SPLIT_LANES) {
+    big_l = da_block_sum<THREADS>(big_l, scratch);  // also orders the weight writes before the reads below
+    if (summing) {
         float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int j = split_lane + u * SPLIT_LANES;
+            const float w = j < active ? weight[j] : 0.f;
+            a.x = fmaf(first[u].x, w, a.x);
+            a.y = fmaf(first[u].y, w, a.y);
+            a.z = fmaf(first[u].z, w, a.z);
+            a.w = fmaf(first[u].w, w, a.w);
+        }
 #pragma unroll 8
-        for (int j = split_lane; j < active; j += SPLIT_LANES) {
+        for (int j = split_lane + UNROLL * SPLIT_LANES; j < active; j += SPLIT_LANES) {
             const float4 row = acc[(long long)j * ROW_VECS + vec];
             const float w = weight[j];
             a.x = fmaf(row.x, w, a.x);
@@ -551,7 +478,7 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
         lane_sum[split_lane][4 * vec + 3] = a.w;
     }
     __syncthreads();
-    for (int d = threadIdx.x; d < HEAD_DIM; d += DECODE_THREADS) {
+    for (int d = threadIdx.x; d < HEAD_DIM; d += THREADS) {
         float a = 0.f;
 #pragma unroll
         for (int lane = 0; lane < SPLIT_LANES; ++lane) a += lane_sum[lane][d];
@@ -571,7 +498,7 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     DA_STREAM_ENTRIES_HEADS(T, TNAME, D, 2, 3)                                                                    \
     DA_STREAM_ENTRIES_HEADS(T, TNAME, D, 4, 3)                                                                    \
     DA_STREAM_ENTRIES_HEADS(T, TNAME, D, 8, 2)                                                                    \
-    extern "C" __global__ void __launch_bounds__(DECODE_THREADS) decode_stream_reduce_##TNAME##_d##D(            \
+    extern "C" __global__ void __launch_bounds__(DECODE_REDUCE_THREADS) decode_stream_reduce_##TNAME##_d##D(     \
         const DecodeParams p) {                                                                                   \
         decode_stream_reduce_body<T, D>(p);                                                                       \
     }

@@ -40,11 +40,6 @@ pub struct DecodeParams {
     pub min_tiles_per_split: i32,
     pub scale_log2: f32,
     pub _pad: i32,
-    /// Counters of the fused split reduce (one `u32` per sequence and grid
-    /// row, zero between calls), or 0: the reducer kernel merges the splits.
-    /// [`DecodeParams::new`] leaves it 0; a backend that owns such counters
-    /// sets it.
-    pub split_counters: u64,
 }
 
 /// `MergeParams` of decode_params.h.
@@ -116,7 +111,6 @@ impl DecodeParams {
             min_tiles_per_split: plan.rule.min_tiles_per_split as i32,
             scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
             _pad: 0,
-            split_counters: 0,
         })
     }
 }
@@ -198,8 +192,8 @@ mod tests {
 
     #[test]
     fn layout_matches_decode_params_h() {
-        // 10 pointers, 2 long longs, 8 ints, a float, the pad int, the counters' pointer.
-        assert_eq!(size_of::<DecodeParams>(), 144);
+        // 10 pointers, 2 long longs, 8 ints, a float and the pad int.
+        assert_eq!(size_of::<DecodeParams>(), 136);
         assert_eq!(align_of::<DecodeParams>(), 8);
         let pointers = [
             offset_of!(DecodeParams, q),
@@ -229,7 +223,6 @@ mod tests {
             offset_of!(DecodeParams, _pad),
         ];
         assert_eq!(words, [96, 100, 104, 108, 112, 116, 120, 124, 128, 132]);
-        assert_eq!(offset_of!(DecodeParams, split_counters), 136);
     }
 
     #[test]
@@ -277,7 +270,6 @@ mod tests {
                 "min_tiles_per_split",
                 "scale_log2",
                 "_pad",
-                "split_counters",
             ]
         );
     }

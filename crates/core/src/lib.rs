@@ -26,7 +26,9 @@ pub mod plan;
 pub mod shape;
 pub mod synth;
 
-pub use backend::{CheckedArgs, DecodeArgs, DecodeAttention, DeviceBuffer, DeviceProps, KvIndexBuffers, MergeArgs};
+pub use backend::{
+    CheckedArgs, DecodeArgs, DecodeAttention, DeviceBuffer, DeviceProps, KvIndexBuffers, MergeArgs, GPU_REDUCE_CTA_GBPS,
+};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use layout::{map_to_kernel_blocks, KvLayout};

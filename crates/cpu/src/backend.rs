@@ -101,6 +101,8 @@ impl CpuBackend {
             ctas_per_sm: 1,
             mem_bandwidth_gbps: Self::MEM_BANDWIDTH_GBPS,
             launch_overhead_us: Self::LAUNCH_OVERHEAD_US,
+            // One thread merges a query head's rows: a core's share of memory.
+            reduce_cta_gbps: 10.0,
         };
         CpuBackend { pool, props, isa: Isa::detect() }
     }

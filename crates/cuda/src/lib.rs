@@ -32,8 +32,12 @@ use params::ByValue;
 
 const BACKEND: &str = "cuda";
 
-/// Threads per CTA of every kernel (DECODE_THREADS in kernels/cuda).
+/// Threads per CTA of every decode kernel (DECODE_THREADS in kernels/cuda).
 pub const DECODE_THREADS: u32 = 128;
+
+/// Threads per CTA of the mma and stream kernels' split reducer
+/// (DECODE_REDUCE_THREADS in kernels/cuda/decode_stream.cuh).
+pub const REDUCE_THREADS: u32 = 256;
 
 /// Dynamic shared memory of every stream-kernel launch: its ring of K/V
 /// stages (DECODE_STREAM_RING_BYTES in kernels/cuda/decode_stream.cuh).
@@ -42,14 +46,6 @@ pub const STREAM_RING_BYTES: u32 = 65536;
 /// Dynamic shared memory of every tensor-core kernel launch
 /// (DECODE_MMA_RING_BYTES in kernels/cuda/decode_mma.cuh).
 pub const MMA_RING_BYTES: u32 = 98304;
-
-/// Counters the backend owns for the fused split reduce (one per sequence
-/// and grid row of a call, zero between calls): 256 KiB. Calls whose grid
-/// has more rows than this use the reducer kernel.
-pub const SPLIT_COUNTERS: usize = 1 << 16;
-
-/// Default of [`CudaOptions::fused_reduce_max_bytes`].
-pub const FUSED_REDUCE_MAX_BYTES: u64 = 128 << 10;
 
 /// Query heads one CTA of the tensor-core kernel serves (the mma's M).
 pub const MMA_HEADS_PER_CTA: usize = 16;
@@ -129,15 +125,9 @@ pub struct CudaOptions {
     pub max_heads_per_cta: usize,
     /// Cache for NVRTC output; `None` compiles in every process.
     pub cache_dir: Option<PathBuf>,
-    /// The fused split reduce (mma and stream kernels): the last CTA of each
-    /// (sequence, grid row) merges the splits when its heads' partial rows
-    /// (heads * splits * head_dim * 4 bytes) are at most this many bytes;
-    /// larger ones, batch-invariant policies and 0 use the reducer kernel.
-    /// `None`: [`FUSED_REDUCE_MAX_BYTES`].
-    pub fused_reduce_max_bytes: Option<u64>,
-    /// Launch the reducer kernel with programmatic dependent launch on
-    /// sm_90 and newer (it starts while the decode grid drains and waits
-    /// for its stores). `None`: on.
+    /// Launch the split reducer of the mma and stream kernels with
+    /// programmatic dependent launch on sm_90 and newer: it starts while the
+    /// decode grid drains and waits for its stores (griddepcontrol). `None`: on.
     pub programmatic_launch: Option<bool>,
 }
 
@@ -145,7 +135,6 @@ impl CudaOptions {
     /// Documented entry point that reads the environment:
     /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc`,
     /// `DECODE_ATTN_CUDA_KERNEL=auto|mma|stream|staged|kvgrid`, `DECODE_ATTN_CUDA_HEADS_PER_CTA=1|2|4|8`,
-    /// `DECODE_ATTN_CUDA_FUSED_REDUCE_BYTES=N` (0: never fuse),
     /// `DECODE_ATTN_CUDA_PDL=0|1` and the cache folder of
     /// [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
@@ -185,13 +174,6 @@ impl CudaOptions {
                 }
             },
         };
-        let fused_reduce_max_bytes = match std::env::var("DECODE_ATTN_CUDA_FUSED_REDUCE_BYTES").ok().as_deref() {
-            None | Some("") => None,
-            Some(text) => Some(text.parse::<u64>().map_err(|_| Error::Unsupported {
-                backend: BACKEND,
-                what: format!("DECODE_ATTN_CUDA_FUSED_REDUCE_BYTES={text:?} (expected a byte count)"),
-            })?),
-        };
         let programmatic_launch = match std::env::var("DECODE_ATTN_CUDA_PDL").ok().as_deref() {
             None | Some("") => None,
             Some("1") => Some(true),
@@ -203,14 +185,7 @@ impl CudaOptions {
                 })
             }
         };
-        Ok(CudaOptions {
-            kernels,
-            kernel,
-            max_heads_per_cta,
-            cache_dir: default_cache_dir(),
-            fused_reduce_max_bytes,
-            programmatic_launch,
-        })
+        Ok(CudaOptions { kernels, kernel, max_heads_per_cta, cache_dir: default_cache_dir(), programmatic_launch })
     }
 }
 
@@ -263,10 +238,6 @@ pub struct CudaBackend {
     kernel_origin: String,
     kernel: DecodeKernel,
     max_heads_per_cta: usize,
-    /// The fused reduce's counters ([`SPLIT_COUNTERS`], zeroed at open; every
-    /// fused call leaves them zero). One stream uses them, in order.
-    split_counters: CudaSlice<u32>,
-    fused_reduce_max_bytes: u64,
     /// Programmatic dependent launch of the reducer (sm_90+ and not disabled).
     programmatic_launch: bool,
 }
@@ -309,7 +280,6 @@ impl CudaBackend {
         let bus_bits = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).unwrap_or(0) as f64;
         let peak_gbps = clock_khz * 1e3 * 2.0 * bus_bits / 8.0 / 1e9;
         let mem_bandwidth_gbps = if peak_gbps > 0.0 { 0.9 * peak_gbps } else { 2000.0 };
-        let split_counters = stream.alloc_zeros::<u32>(SPLIT_COUNTERS).map_err(driver_error)?;
         let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let programmatic_launch = options.programmatic_launch.unwrap_or(true) && major >= 9;
         let mut backend = CudaBackend {
@@ -319,6 +289,7 @@ impl CudaBackend {
                 ctas_per_sm: 2,
                 mem_bandwidth_gbps,
                 launch_overhead_us: 2.0,
+                reduce_cta_gbps: decode_attn_core::GPU_REDUCE_CTA_GBPS,
             },
             ctx,
             stream,
@@ -328,8 +299,6 @@ impl CudaBackend {
             kernel_origin,
             kernel: options.kernel,
             max_heads_per_cta: if options.max_heads_per_cta == 0 { 8 } else { options.max_heads_per_cta },
-            split_counters,
-            fused_reduce_max_bytes: options.fused_reduce_max_bytes.unwrap_or(FUSED_REDUCE_MAX_BYTES),
             programmatic_launch,
         };
         // The planner's occupancy: Llama-shaped groups of the kernel in use.
@@ -529,30 +498,11 @@ struct Launch {
     reduce: String,
     grid: (u32, u32, u32),
     threads: u32,
+    reduce_threads: u32,
     shared_mem_bytes: u32,
-    /// Query heads per CTA.
-    heads_per_cta: u32,
-    /// The mma and stream kernels: they can merge their splits in the last
-    /// CTA, and their reducer waits for them under programmatic launch.
-    fusable: bool,
-}
-
-impl Launch {
-    /// Whether this call's splits are merged by the decode kernel itself (see
-    /// decode_stream.cuh's reduce_splits_if_last) rather than by a reducer launch.
-    fn fuses_reduce(&self, plan: &Plan, num_splits: u32, max_bytes: u64) -> bool {
-        let heads = self.heads_per_cta as u64;
-        let splits = num_splits as u64;
-        let rows_bytes = heads * splits * plan.problem.shape.head_dim as u64 * 4;
-        self.fusable
-            && splits > 1
-            // One merge order for every batch when the policy promises it.
-            && !plan.policy.is_batch_invariant()
-            && self.grid.0 as u64 * self.grid.1 as u64 <= SPLIT_COUNTERS as u64
-            && rows_bytes <= max_bytes
-            // The merge weights live in the kernel's ring.
-            && heads * (splits + 1) * 4 <= self.shared_mem_bytes as u64
-    }
+    /// The reducer waits for the decode grid (griddepcontrol.wait), so it
+    /// may be launched programmatically (decode_stream_reduce_*).
+    reducer_waits: bool,
 }
 
 /// Whether the tensor-core kernel has an instantiation for `problem`.
@@ -656,7 +606,7 @@ impl DecodeAttention for CudaBackend {
             return Ok(());
         }
         let shape = problem.shape;
-        let mut params = ByValue(DecodeParams::new(plan, &args, &checked, |buffer, _| Ok(self.ptr(buffer)))?);
+        let params = ByValue(DecodeParams::new(plan, &args, &checked, |buffer, _| Ok(self.ptr(buffer)))?);
         let num_splits = params.0.num_splits as u32;
         let split = num_splits > 1;
         let suffix = format!("{}_d{}", dtype_suffix(problem.dtypes.q), shape.head_dim);
@@ -673,9 +623,9 @@ impl DecodeAttention for CudaBackend {
                 reduce: format!("decode_stream_reduce_{suffix}"),
                 grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(MMA_HEADS_PER_CTA) as u32, num_splits),
                 threads: DECODE_THREADS,
+                reduce_threads: REDUCE_THREADS,
                 shared_mem_bytes: MMA_RING_BYTES,
-                heads_per_cta: shape.group_size().min(MMA_HEADS_PER_CTA) as u32,
-                fusable: true,
+                reducer_waits: true,
             },
             DecodeKernel::Stream => {
                 let heads = stream_heads_per_cta(shape.group_size()).min(self.max_heads_per_cta);
@@ -684,9 +634,9 @@ impl DecodeAttention for CudaBackend {
                     reduce: format!("decode_stream_reduce_{suffix}"),
                     grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(heads) as u32, num_splits),
                     threads: DECODE_THREADS,
+                    reduce_threads: REDUCE_THREADS,
                     shared_mem_bytes: STREAM_RING_BYTES,
-                    heads_per_cta: heads.min(shape.group_size()) as u32,
-                    fusable: true,
+                    reducer_waits: true,
                 }
             }
             DecodeKernel::Staged => Launch {
@@ -694,24 +644,20 @@ impl DecodeAttention for CudaBackend {
                 reduce: format!("decode_attn_reduce_{suffix}"),
                 grid: (num_seqs, num_kv_heads, num_splits),
                 threads: DECODE_THREADS,
+                reduce_threads: DECODE_THREADS,
                 shared_mem_bytes: 0,
-                heads_per_cta: shape.group_size() as u32,
-                fusable: false,
+                reducer_waits: false,
             },
             DecodeKernel::KvGrid => Launch {
                 main: format!("decode_kvgrid_{suffix}"),
                 reduce: format!("decode_kvgrid_reduce_{suffix}"),
                 grid: (num_seqs, num_splits, num_kv_heads),
                 threads: KVGRID_THREADS,
+                reduce_threads: KVGRID_THREADS,
                 shared_mem_bytes: 0,
-                heads_per_cta: shape.group_size() as u32,
-                fusable: false,
+                reducer_waits: false,
             },
         };
-        let fused = launch.fuses_reduce(plan, num_splits, self.fused_reduce_max_bytes);
-        if fused {
-            params.0.split_counters = self.split_counters.device_ptr(&self.stream).0;
-        }
         let main = self.function(&launch.main)?;
         let config = LaunchConfig {
             grid_dim: launch.grid,
@@ -723,14 +669,14 @@ impl DecodeAttention for CudaBackend {
         // size `DecodeArgs::check` verified against the plan, and the kernel
         // bounds-checks block ids, slots and lengths that live in device memory.
         unsafe { self.stream.launch_builder(&main).arg(&params).launch(config) }.map_err(driver_error)?;
-        if split && !fused {
+        if split {
             let reduce = self.function(&launch.reduce)?;
             let config = LaunchConfig {
                 grid_dim: (num_seqs, shape.num_q_heads as u32, 1),
-                block_dim: (launch.threads, 1, 1),
+                block_dim: (launch.reduce_threads, 1, 1),
                 shared_mem_bytes: 0,
             };
-            if launch.fusable && self.programmatic_launch {
+            if launch.reducer_waits && self.programmatic_launch {
                 // SAFETY: as above; this reducer (decode_stream_reduce_*)
                 // executes griddepcontrol.wait before it reads the partial
                 // rows, so starting it early is sound.

@@ -177,6 +177,8 @@ impl HipBackend {
                 mem_bandwidth_gbps: if peak > 0.0 { 0.9 * peak } else { 1600.0 },
                 // A dependent launch costs more on ROCm than on CUDA.
                 launch_overhead_us: 4.0,
+                // Not measured on AMD hardware: the H200 figure.
+                reduce_cta_gbps: decode_attn_core::GPU_REDUCE_CTA_GBPS,
             },
             functions: Mutex::new(HashMap::new()),
             modules: Mutex::new(vec![LoadedModule {

@@ -251,17 +251,7 @@ inline int da_syncthreads_or(int pred) {
     __syncthreads();
     return r;
 }
-// The fused reduce's ticket. CTAs run one at a time, in a shuffled order (see
-// emu_launch), so plain memory is coherent and "the last to arrive" varies.
-inline void da_threadfence() {}
-inline unsigned da_atomic_add(unsigned* counter, unsigned v) {
-    const unsigned old = *counter;
-    *counter = old + v;
-    return old;
-}
-inline void da_atomic_store_zero(unsigned* counter) { *counter = 0; }
-inline float da_load_l2(const float* ptr) { return *ptr; }
-inline float4 da_load_l2(const float4* ptr) { return *ptr; }
+// Launches are serial here: programmatic dependent launch has nothing to overlap.
 inline void da_launch_dependents() {}
 inline void da_wait_for_producer() {}
 inline float da_bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
@@ -322,8 +312,7 @@ inline void emu_launch(void (*kernel)(const P), dim3 grid, int threads, const P&
     auto thunk = [](const void* a) { k(*static_cast<const P*>(a)); };
     emu::grid_dim = grid;
     emu::block_dim = dim3(threads);
-    // Blocks in a shuffled order (fixed seed): a GPU promises no order, and
-    // the fused reduce's "last CTA to arrive" must not depend on one.
+    // Blocks in a shuffled order (fixed seed): a GPU promises no order.
     std::vector<dim3> blocks;
     for (unsigned z = 0; z < grid.z; ++z)
         for (unsigned y = 0; y < grid.y; ++y)

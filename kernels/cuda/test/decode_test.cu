@@ -7,7 +7,7 @@
 //   /tmp/decode_test quick      # correctness only
 // Without one (the kernels on CPU fibers, see cuda_emu.h; correctness only):
 //   g++ -std=c++17 -O1 -DDA_EMULATE -x c++ -I kernels/cuda kernels/cuda/test/decode_test.cu -o /tmp/decode_emu
-//   /tmp/decode_emu             # about 3 minutes: 491 cases, 247 of them through the stream kernel
+//   /tmp/decode_emu             # about 3 minutes: 622 cases (249 stream, 129 mma)
 //
 // It includes decode.cu directly and launches its entry points with <<<>>>,
 // exactly as the host ABI (decode_params.h) says, each case through both
@@ -237,8 +237,6 @@ struct DeviceProblem {
     void *q, *k, *v, *out;
     int *lens, *table, *indptr, *indices;
     float *pacc, *pml;
-    unsigned* counters;  // the fused reduce's: one per (sequence, grid row), zero on entry
-    size_t num_counters;
 };
 
 static DecodeParams make_params(const Problem& P, DeviceProblem& D) {
@@ -266,7 +264,6 @@ static DecodeParams make_params(const Problem& P, DeviceProblem& D) {
     p.num_splits = c.num_splits;
     p.min_tiles_per_split = c.min_tiles;
     p.scale_log2 = (float)(1.0 / std::sqrt((double)c.d) * 1.4426950408889634);
-    p.split_counters = nullptr;  // check_one sets it for the fused reduce
     return p;
 }
 
@@ -295,16 +292,12 @@ static DeviceProblem upload(const Problem& P) {
     D.pml = dalloc<float>(rows * 2);
     CK(cudaMemset(D.pacc, 0xff, rows * c.d * 4));  // NaN: a reducer reading an unwritten row shows
     CK(cudaMemset(D.pml, 0xff, rows * 2 * 4));
-    // Enough for any kernel's grid rows: at most one per query head.
-    D.num_counters = (size_t)P.B * P.hq;
-    D.counters = dalloc<unsigned>(D.num_counters);
-    CK(cudaMemset(D.counters, 0, D.num_counters * 4));
     return D;
 }
 
 static void release(DeviceProblem& D) {
     for (void* p : {D.q, D.k, D.v, D.out, (void*)D.lens, (void*)D.table, (void*)D.indptr, (void*)D.indices,
-                    (void*)D.pacc, (void*)D.pml, (void*)D.counters})
+                    (void*)D.pacc, (void*)D.pml})
         cudaFree(p);
 }
 
@@ -314,7 +307,7 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
         const int head_groups = (P.c.g + DECODE_MMA_HEADS - 1) / DECODE_MMA_HEADS;
         DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d), dim3(P.B, P.c.hkv * head_groups, P.c.num_splits), DECODE_THREADS,
                       DECODE_MMA_RING_BYTES, s, p);
-        if (P.c.num_splits > 1 && p.split_counters == nullptr) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_THREADS, s, p);
+        if (P.c.num_splits > 1) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_REDUCE_THREADS, s, p);
         return;
     }
     if (kernel == STREAM) {
@@ -324,7 +317,7 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
         const int head_groups = (P.c.g + heads - 1) / heads;
         DA_LAUNCH_DYN(sk.heads[slot], dim3(P.B, P.c.hkv * head_groups, P.c.num_splits), DECODE_THREADS,
                       DECODE_STREAM_RING_BYTES, s, p);
-        if (P.c.num_splits > 1 && p.split_counters == nullptr) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_THREADS, s, p);
+        if (P.c.num_splits > 1) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_REDUCE_THREADS, s, p);
         return;
     }
     KernPair kp = find_kernels(P.c.dt, P.c.d);
@@ -353,10 +346,9 @@ static int failures = 0, cases_run = 0;
 static int stream_cases = 0, stream_failures = 0;
 static double stream_worst[3] = {0, 0, 0};  // per dtype
 static int mma_cases = 0, mma_failures = 0;
-static int fused_cases = 0, fused_failures = 0;
 static double mma_worst[3] = {0, 0, 0};
 
-static void check_one(const Case& c, const char* label, int kernel, bool fused = false);
+static void check_one(const Case& c, const char* label, int kernel);
 
 // Every case through both kernels (the staged one only where its group fits
 // one CTA); `kernels` (bit 1 << STAGED, 1 << STREAM, 1 << MMA) narrows that for the few
@@ -365,41 +357,20 @@ static int kernel_filter = 7;  // `decode_test mma`: the tensor-core kernel's ca
 static void check_case(const Case& c, const char* label, int kernels = 7) {
     kernels &= kernel_filter;
     if ((kernels >> STAGED & 1) && c.g * c.d <= DECODE_MAX_QK_ELEMS && c.heads_cap == 8) check_one(c, label, STAGED);
-    // Split cases also run with the fused reduce (the last CTA merges): every
-    // one through the tensor-core kernel, every other one through the stream
-    // kernel (emulating it is slow).
-    static int stream_split_cases = 0;
-    const bool split = c.num_splits > 1;
-    if (kernels >> STREAM & 1) check_one(c, label, STREAM, split && stream_split_cases++ % 2 == 1);
-    if ((kernels >> MMA & 1) && c.heads_cap == 8 && has_mma_kernel(c.dt, c.d)) {
-        check_one(c, label, MMA);
-        if (split) check_one(c, label, MMA, true);
-    }
+    if (kernels >> STREAM & 1) check_one(c, label, STREAM);
+    if ((kernels >> MMA & 1) && c.heads_cap == 8 && has_mma_kernel(c.dt, c.d)) check_one(c, label, MMA);
 }
 
-static void check_one(const Case& c, const char* label, int kernel, bool fused) {
+static void check_one(const Case& c, const char* label, int kernel) {
     Problem P = build(c);
     DeviceProblem D = upload(P);
     DecodeParams p = make_params(P, D);
-    if (fused) p.split_counters = D.counters;
     launch(P, p, 0, kernel);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
-    int bad = 0;
-    if (fused) {
-        // The counters must be back at zero, and a second call (as a graph
-        // replay makes) must write every output again.
-        std::vector<unsigned> counters(D.num_counters);
-        CK(cudaMemcpy(counters.data(), D.counters, counters.size() * 4, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < counters.size(); ++i)
-            if (counters[i] != 0 && bad++ < 5) printf("    counter %zu left at %u\n", i, counters[i]);
-        CK(cudaMemset(D.out, 0x7f, P.qb.size()));
-        launch(P, p, 0, kernel);
-        CK(cudaGetLastError());
-        CK(cudaDeviceSynchronize());
-    }
     std::vector<unsigned char> out(P.qb.size());
     CK(cudaMemcpy(out.data(), D.out, out.size(), cudaMemcpyDeviceToHost));
+    int bad = 0;
     if (c.num_splits > 1) {
         // Surplus splits write nothing: their partial rows keep the 0xff fill.
         std::vector<unsigned> ml((size_t)P.B * P.hq * c.num_splits * 2);
@@ -444,10 +415,6 @@ static void check_one(const Case& c, const char* label, int kernel, bool fused) 
         stream_failures += bad != 0;
         stream_worst[c.dt] = std::max(stream_worst[c.dt], worst);
     }
-    if (fused) {
-        ++fused_cases;
-        fused_failures += bad != 0;
-    }
     if (kernel == MMA) {
         ++mma_cases;
         mma_failures += bad != 0;
@@ -457,8 +424,8 @@ static void check_one(const Case& c, const char* label, int kernel, bool fused) 
     for (size_t i = 0; i < c.lens.size() && i < 6; ++i) lens += std::to_string(c.lens[i]) + ",";
     char heads[16] = "";
     if (kernel == STREAM) snprintf(heads, sizeof heads, " H=%d", stream_heads(c.g, c.heads_cap));
-    printf("%s %-6s%-6s%-4s %-5s d=%3d hkv=%d g=%2d layout=%d bs=%3d splits=%3d min=%d lens=%s.. max|err|=%.2e %s\n",
-           bad ? "FAIL" : "ok  ", kernel_name[kernel], fused ? "fused" : "", heads, dt_name[c.dt], c.d, c.hkv, c.g, c.layout, c.bs,
+    printf("%s %-6s%-4s %-5s d=%3d hkv=%d g=%2d layout=%d bs=%3d splits=%3d min=%d lens=%s.. max|err|=%.2e %s\n",
+           bad ? "FAIL" : "ok  ", kernel_name[kernel], heads, dt_name[c.dt], c.d, c.hkv, c.g, c.layout, c.bs,
            c.num_splits, c.min_tiles, lens.c_str(), worst, label);
     if (bad) ++failures;
     release(D);
@@ -566,8 +533,6 @@ static double time_case(const Case& c, int reps, double* gbps) {
         P.num_indices = total;
     }
     DeviceProblem D;
-    D.counters = nullptr;
-    D.num_counters = 0;
     size_t qbytes = (size_t)P.B * P.hq * c.d * dt_size(c.dt), kvbytes = (size_t)P.num_slots * c.hkv * c.d * dt_size(c.dt);
     D.q = dalloc<unsigned char>(qbytes);
     D.out = dalloc<unsigned char>(qbytes);
@@ -650,6 +615,9 @@ int main(int argc, char** argv) {
     check_case({BF16, 64, 1, 4, 0, 16, {17}, 3, 1, {}}, "desk-check case g=4 d=64 s=17 splits=3");
     check_case({F16, 128, 2, 6, 1, 16, {40000, 3}, 64, 1, {}}, "long, 64 splits", 1 << STAGED);
     check_case({F16, 128, 2, 6, 1, 16, {8000, 3}, 64, 1, {}}, "long, 64 splits", 1 << STREAM | 1 << MMA);
+    // More active splits than the reducer's split lanes load up front (d 64: 16 lanes x 8).
+    check_case({BF16, 64, 1, 4, 0, 16, {3000, 5}, 300, 1, {}}, "188 active splits", 1 << STREAM | 1 << MMA);
+    check_case({F32, 256, 1, 2, 1, 16, {1000, 40}, 80, 1, {}}, "d256, 63 active splits", 1 << STREAM);
     check_case({F32, 96, 2, 5, 0, 32, {0, 0, 0}, 5, 1, {}}, "all empty, split");
     check_case({F32, 96, 2, 5, 0, 32, {0, 0, 0}, 1, 1, {}}, "all empty, unsplit");
     check_case({BF16, 256, 2, 16, 0, 16, {1000, 333}, 1, 1, {}}, "d256 g16");
@@ -707,7 +675,6 @@ int main(int argc, char** argv) {
            stream_failures, stream_worst[F32], stream_worst[F16], stream_worst[BF16]);
     printf("mma kernel: %d cases, %d failed; max|err| f16 %.2e bf16 %.2e\n", mma_cases, mma_failures, mma_worst[F16],
            mma_worst[BF16]);
-    printf("fused reduce: %d cases, %d failed\n", fused_cases, fused_failures);
     printf("%d passed, %d failed\n", cases_run - failures, failures);
     if (quick || failures) return failures ? 1 : 0;
 #ifdef DA_EMULATE

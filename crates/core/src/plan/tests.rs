@@ -141,6 +141,25 @@ fn auto_splits_small_batches_and_not_big_ones() {
 }
 
 #[test]
+fn auto_weighs_the_reduce_against_a_second_cta_per_sm() {
+    // 70B at TP=8, B=1: one KV head. Two CTAs per SM (256+ splits) stream no
+    // faster than one (measured on the H200) and double the rows each reducer
+    // CTA reads, so auto stays near one CTA per SM.
+    let tp8 = plan(&problem(8, 1, vec![65536]), Policy::Auto, &h200()).unwrap();
+    assert!((119..=140).contains(&tp8.num_splits), "{tp8}");
+    // 8B, B=1: 8 KV heads; two CTAs per SM (32+ splits) were 1.2x faster than one.
+    let llama = plan(&llama3_8b(1, 65536), Policy::Auto, &h200()).unwrap();
+    assert!(llama.num_splits as u64 * 8 > 132, "{llama}");
+    // The reduce's share of the estimate grows with the split count.
+    let free_reduce = DeviceProps { reduce_cta_gbps: 1e12, ..h200() };
+    let reduce_us = |splits: u32| {
+        let rule = SplitRule { num_splits: splits, min_tiles_per_split: 1 };
+        estimate_us(&tp8.problem, &h200(), rule) - estimate_us(&tp8.problem, &free_reduce, rule)
+    };
+    assert!(reduce_us(512) > 3.0 * reduce_us(128) && reduce_us(128) > 0.0, "{} {}", reduce_us(512), reduce_us(128));
+}
+
+#[test]
 fn auto_is_per_sequence() {
     let plan = plan(&problem(32, 8, vec![65536, 64, 0]), Policy::Auto, &h200()).unwrap();
     assert!(plan.per_seq[0].active_splits > plan.per_seq[1].active_splits);
