@@ -125,6 +125,9 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     constexpr int TILE = DECODE_TILE_TOKENS;
     static_assert(TILE == 16, "one tile is the mma's k16 of PV");
 
+    // Launched programmatically, the kernel before may still be writing Q,
+    // the lengths or the index: nothing is read before this.
+    da_wait_for_producer();
     const int b = blockIdx.x;
     const int group = p.num_q_heads / p.num_kv_heads;
     const int head_groups = da_cdiv(group, HEADS);

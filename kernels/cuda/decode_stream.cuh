@@ -135,6 +135,9 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
     __shared__ float warp_l[G::WARPS][HEADS];
     __shared__ __align__(16) float warp_acc[G::WARPS][HEADS][HEAD_DIM];
 
+    // Launched programmatically, the kernel before may still be writing Q,
+    // the lengths or the index: nothing is read before this.
+    da_wait_for_producer();
     const int b = blockIdx.x;
     const int group = p.num_q_heads / p.num_kv_heads;
     const int head_groups = da_cdiv(group, HEADS);

@@ -125,17 +125,33 @@ pub struct CudaOptions {
     pub max_heads_per_cta: usize,
     /// Cache for NVRTC output; `None` compiles in every process.
     pub cache_dir: Option<PathBuf>,
-    /// Launch the split reducer of the mma and stream kernels with
-    /// programmatic dependent launch on sm_90 and newer: it starts while the
-    /// decode grid drains and waits for its stores (griddepcontrol). `None`: on.
-    pub programmatic_launch: Option<bool>,
+    /// Which launches of the mma and stream kernels use programmatic
+    /// dependent launch (sm_90 and newer; ignored below).
+    pub programmatic_launch: ProgrammaticLaunch,
+}
+
+/// Programmatic dependent launch (PDL): a kernel launched with it may start
+/// before the previous kernel in the stream has finished, and executes
+/// `griddepcontrol.wait` before it reads anything that kernel may write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProgrammaticLaunch {
+    /// Every kernel starts after the previous one has finished.
+    Off,
+    /// The split reducer starts while the decode grid drains (the decode
+    /// kernels let it, `griddepcontrol.launch_dependents`).
+    #[default]
+    Reducer,
+    /// Also the decode kernel itself starts while whatever kernel precedes it
+    /// drains; it waits before its first load, so the previous kernel may
+    /// write Q, lengths or block tables.
+    All,
 }
 
 impl CudaOptions {
     /// Documented entry point that reads the environment:
     /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc`,
     /// `DECODE_ATTN_CUDA_KERNEL=auto|mma|stream|staged|kvgrid`, `DECODE_ATTN_CUDA_HEADS_PER_CTA=1|2|4|8`,
-    /// `DECODE_ATTN_CUDA_PDL=0|1` and the cache folder of
+    /// `DECODE_ATTN_CUDA_PDL=off|reducer|all` and the cache folder of
     /// [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
         let kernels = match std::env::var("DECODE_ATTN_CUDA_KERNELS").ok().as_deref() {
@@ -175,13 +191,13 @@ impl CudaOptions {
             },
         };
         let programmatic_launch = match std::env::var("DECODE_ATTN_CUDA_PDL").ok().as_deref() {
-            None | Some("") => None,
-            Some("1") => Some(true),
-            Some("0") => Some(false),
+            None | Some("") | Some("reducer") => ProgrammaticLaunch::Reducer,
+            Some("off") | Some("0") => ProgrammaticLaunch::Off,
+            Some("all") => ProgrammaticLaunch::All,
             Some(other) => {
                 return Err(Error::Unsupported {
                     backend: BACKEND,
-                    what: format!("DECODE_ATTN_CUDA_PDL={other:?} (expected 0 or 1)"),
+                    what: format!("DECODE_ATTN_CUDA_PDL={other:?} (expected off, reducer or all)"),
                 })
             }
         };
@@ -238,8 +254,8 @@ pub struct CudaBackend {
     kernel_origin: String,
     kernel: DecodeKernel,
     max_heads_per_cta: usize,
-    /// Programmatic dependent launch of the reducer (sm_90+ and not disabled).
-    programmatic_launch: bool,
+    /// What is launched programmatically (`Off` below sm_90).
+    programmatic_launch: ProgrammaticLaunch,
 }
 
 impl CudaBackend {
@@ -281,7 +297,7 @@ impl CudaBackend {
         let peak_gbps = clock_khz * 1e3 * 2.0 * bus_bits / 8.0 / 1e9;
         let mem_bandwidth_gbps = if peak_gbps > 0.0 { 0.9 * peak_gbps } else { 2000.0 };
         let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        let programmatic_launch = options.programmatic_launch.unwrap_or(true) && major >= 9;
+        let programmatic_launch = if major >= 9 { options.programmatic_launch } else { ProgrammaticLaunch::Off };
         let mut backend = CudaBackend {
             props: DeviceProps {
                 name: ctx.name().map_err(driver_error)?,
@@ -500,9 +516,10 @@ struct Launch {
     threads: u32,
     reduce_threads: u32,
     shared_mem_bytes: u32,
-    /// The reducer waits for the decode grid (griddepcontrol.wait), so it
-    /// may be launched programmatically (decode_stream_reduce_*).
-    reducer_waits: bool,
+    /// Both kernels execute griddepcontrol.wait before reading what the
+    /// previous kernel may have written (the mma and stream kernels and
+    /// decode_stream_reduce_*), so they may be launched programmatically.
+    programmatic: bool,
 }
 
 /// Whether the tensor-core kernel has an instantiation for `problem`.
@@ -625,7 +642,7 @@ impl DecodeAttention for CudaBackend {
                 threads: DECODE_THREADS,
                 reduce_threads: REDUCE_THREADS,
                 shared_mem_bytes: MMA_RING_BYTES,
-                reducer_waits: true,
+                programmatic: true,
             },
             DecodeKernel::Stream => {
                 let heads = stream_heads_per_cta(shape.group_size()).min(self.max_heads_per_cta);
@@ -636,7 +653,7 @@ impl DecodeAttention for CudaBackend {
                     threads: DECODE_THREADS,
                     reduce_threads: REDUCE_THREADS,
                     shared_mem_bytes: STREAM_RING_BYTES,
-                    reducer_waits: true,
+                    programmatic: true,
                 }
             }
             DecodeKernel::Staged => Launch {
@@ -646,7 +663,7 @@ impl DecodeAttention for CudaBackend {
                 threads: DECODE_THREADS,
                 reduce_threads: DECODE_THREADS,
                 shared_mem_bytes: 0,
-                reducer_waits: false,
+                programmatic: false,
             },
             DecodeKernel::KvGrid => Launch {
                 main: format!("decode_kvgrid_{suffix}"),
@@ -655,7 +672,7 @@ impl DecodeAttention for CudaBackend {
                 threads: KVGRID_THREADS,
                 reduce_threads: KVGRID_THREADS,
                 shared_mem_bytes: 0,
-                reducer_waits: false,
+                programmatic: false,
             },
         };
         let main = self.function(&launch.main)?;
@@ -664,11 +681,17 @@ impl DecodeAttention for CudaBackend {
             block_dim: (launch.threads, 1, 1),
             shared_mem_bytes: launch.shared_mem_bytes,
         };
-        // SAFETY: `params` matches the kernel's `DecodeParams` (size-checked in
-        // core's abi tests); every address in it points into a live allocation whose
-        // size `DecodeArgs::check` verified against the plan, and the kernel
-        // bounds-checks block ids, slots and lengths that live in device memory.
-        unsafe { self.stream.launch_builder(&main).arg(&params).launch(config) }.map_err(driver_error)?;
+        if launch.programmatic && self.programmatic_launch == ProgrammaticLaunch::All {
+            // SAFETY: as below; the mma and stream kernels execute
+            // griddepcontrol.wait before their first load.
+            unsafe { self.launch_programmatic(&main, config, &params) }?;
+        } else {
+            // SAFETY: `params` matches the kernel's `DecodeParams` (size-checked in
+            // core's abi tests); every address in it points into a live allocation whose
+            // size `DecodeArgs::check` verified against the plan, and the kernel
+            // bounds-checks block ids, slots and lengths that live in device memory.
+            unsafe { self.stream.launch_builder(&main).arg(&params).launch(config) }.map_err(driver_error)?;
+        }
         if split {
             let reduce = self.function(&launch.reduce)?;
             let config = LaunchConfig {
@@ -676,7 +699,7 @@ impl DecodeAttention for CudaBackend {
                 block_dim: (launch.reduce_threads, 1, 1),
                 shared_mem_bytes: 0,
             };
-            if launch.reducer_waits && self.programmatic_launch {
+            if launch.programmatic && self.programmatic_launch != ProgrammaticLaunch::Off {
                 // SAFETY: as above; this reducer (decode_stream_reduce_*)
                 // executes griddepcontrol.wait before it reads the partial
                 // rows, so starting it early is sound.

@@ -136,8 +136,9 @@ fn graph_replay_follows_new_lengths() {
     assert!(second[per_seq..2 * per_seq].iter().all(|&x| x == 0.0), "a length-0 sequence decodes to zeros");
 }
 
-/// The split reducer launched programmatically (it starts while the decode
-/// grid drains and must wait for its stores) and plainly, under graph capture,
+/// The kernels launched programmatically (the reducer starts while the decode
+/// grid drains and must wait for its stores; with `All` the decode kernel also
+/// starts while the upload before it drains) and plainly, under graph capture,
 /// over replays with new lengths.
 #[test]
 #[serial]
@@ -146,7 +147,8 @@ fn split_reducer_with_and_without_programmatic_launch_under_graph_replay() {
         eprintln!("SKIPPED: no CUDA device on this machine");
         return;
     }
-    for programmatic_launch in [Some(true), Some(false)] {
+    use decode_attn_cuda::ProgrammaticLaunch;
+    for programmatic_launch in [ProgrammaticLaunch::Reducer, ProgrammaticLaunch::All, ProgrammaticLaunch::Off] {
         let options = CudaOptions { programmatic_launch, ..CudaOptions::default() };
         let backend = CudaBackend::with_options(0, options).unwrap();
         let capture = problem(KvLayout::block_table(16), vec![3000, 1500, 700, 1]);
@@ -168,6 +170,52 @@ fn split_reducer_with_and_without_programmatic_launch_under_graph_replay() {
             let err = relative_error(&got, &reference);
             assert!(err < 1e-2, "programmatic {programmatic_launch:?}, lengths {lens:?}: relerr {err}");
         }
+    }
+}
+
+/// With `ProgrammaticLaunch::All` the decode kernel may start while the kernel
+/// before it drains: a second decode whose Q is the first decode's output
+/// (written by the first call's reducer) must still see that output whole.
+#[test]
+#[serial]
+fn programmatic_decode_waits_for_the_kernel_that_writes_its_q() {
+    use decode_attn_cuda::ProgrammaticLaunch;
+    if decode_attn_cuda::device_count().is_err() {
+        eprintln!("SKIPPED: no CUDA device on this machine");
+        return;
+    }
+    let options = CudaOptions { programmatic_launch: ProgrammaticLaunch::All, ..CudaOptions::default() };
+    let backend = CudaBackend::with_options(0, options).unwrap();
+    let lens = vec![2500, 700, 40];
+    let p = problem(KvLayout::block_table(16), lens.clone());
+    let plan = backend.plan(&p, "fixed:6".parse().unwrap()).unwrap();
+    assert!(plan.use_split, "{plan}");
+    let batch = HostBatch::random(&p, 21);
+    let mut device = DeviceBatch::new(&backend, &batch, plan.workspace_bytes);
+    let mut second_out = upload(&backend, &nan_bytes(DType::Bf16, p.out_bytes()));
+    let graph = backend
+        .capture(&mut || {
+            backend.decode(&plan, device.args(true))?;
+            // Q of the second call = the first call's output (same shape).
+            let first = device.args(true);
+            let args = DecodeArgs { q: &*first.out, out: &mut second_out, ..first };
+            backend.decode(&plan, args)
+        })
+        .unwrap();
+    let scale = p.shape.default_scale();
+    for round in 0..3 {
+        backend.upload(&mut device.out, &nan_bytes(DType::Bf16, p.out_bytes())).unwrap();
+        backend.upload(&mut second_out, &nan_bytes(DType::Bf16, p.out_bytes())).unwrap();
+        graph.replay().unwrap();
+        let first = download_f32(&backend, &device.out, DType::Bf16);
+        let second = download_f32(&backend, &second_out, DType::Bf16);
+        let reference = decode_reference(&batch, scale);
+        assert!(relative_error(&first, &reference) < 1e-2, "round {round}: first call");
+        // The second call's reference takes the first call's bf16 output as Q.
+        let mut chained = batch.clone();
+        chained.q = dtype::encode(DType::Bf16, &first);
+        let err = relative_error(&second, &decode_reference(&chained, scale));
+        assert!(err < 1e-2, "round {round}: second call read a Q still being written (relerr {err})");
     }
 }
 
