@@ -25,6 +25,17 @@ fn backend(kernels: KernelSource) -> Option<CudaBackend> {
     }
 }
 
+/// Whether there is a CUDA device; says plainly that the test skips if not.
+fn device_present() -> bool {
+    match decode_attn_cuda::device_count() {
+        Ok(_) => true,
+        Err(err) => {
+            eprintln!("SKIPPED: no CUDA device on this machine ({err})");
+            false
+        }
+    }
+}
+
 /// Device copies of a host batch.
 struct DeviceBatch {
     q: CudaBuffer,
@@ -143,8 +154,7 @@ fn graph_replay_follows_new_lengths() {
 #[test]
 #[serial]
 fn split_reducer_with_and_without_programmatic_launch_under_graph_replay() {
-    if decode_attn_cuda::device_count().is_err() {
-        eprintln!("SKIPPED: no CUDA device on this machine");
+    if !device_present() {
         return;
     }
     use decode_attn_cuda::ProgrammaticLaunch;
@@ -180,8 +190,7 @@ fn split_reducer_with_and_without_programmatic_launch_under_graph_replay() {
 #[serial]
 fn programmatic_decode_waits_for_the_kernel_that_writes_its_q() {
     use decode_attn_cuda::ProgrammaticLaunch;
-    if decode_attn_cuda::device_count().is_err() {
-        eprintln!("SKIPPED: no CUDA device on this machine");
+    if !device_present() {
         return;
     }
     let options = CudaOptions { programmatic_launch: ProgrammaticLaunch::All, ..CudaOptions::default() };
