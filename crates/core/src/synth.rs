@@ -118,18 +118,26 @@ impl HostBatch {
         HostBatch { problem: problem.clone(), q, k_cache, v_cache, seq_lens, index, num_slots }
     }
 
-    /// The slot of token `t` of sequence `seq` (no bounds checks: for valid batches).
-    pub fn slot(&self, seq: usize, t: usize) -> usize {
-        match &self.index {
-            HostIndex::BlockTable { table, max_blocks_per_seq } => {
-                let KvLayout::BlockTable { kernel_block_size, .. } = self.problem.layout else {
-                    unreachable!("a block table comes with a block-table layout")
-                };
-                table[seq * max_blocks_per_seq + t / kernel_block_size] as usize * kernel_block_size
-                    + t % kernel_block_size
+    /// The slot of token `t` of sequence `seq`, or `None` where the index
+    /// (edited by a test, or lengths that outgrew their blocks) points
+    /// outside itself or the pool: the kernels' guard cases.
+    pub fn slot(&self, seq: usize, t: usize) -> Option<usize> {
+        let slot = match (&self.index, self.problem.layout) {
+            (HostIndex::BlockTable { table, max_blocks_per_seq }, KvLayout::BlockTable { kernel_block_size, .. }) => {
+                if t / kernel_block_size >= *max_blocks_per_seq {
+                    return None;
+                }
+                let block = usize::try_from(*table.get(seq * max_blocks_per_seq + t / kernel_block_size)?).ok()?;
+                block * kernel_block_size + t % kernel_block_size
             }
-            HostIndex::TokenIndices { indptr, indices } => indices[indptr[seq] as usize + t] as usize,
-        }
+            (HostIndex::TokenIndices { indptr, indices }, _) => {
+                let start = usize::try_from(*indptr.get(seq)?).ok()?;
+                usize::try_from(*indices.get(start + t)?).ok()?
+            }
+            // HostBatch::random pairs a block table with a block-table layout only.
+            (HostIndex::BlockTable { .. }, _) => return None,
+        };
+        (slot < self.num_slots).then_some(slot)
     }
 }
 
@@ -179,7 +187,7 @@ mod tests {
             let mut seen = std::collections::HashSet::new();
             for (seq, &s) in batch.seq_lens.iter().enumerate() {
                 for t in 0..s as usize {
-                    let slot = batch.slot(seq, t);
+                    let slot = batch.slot(seq, t).expect("a random batch's slots are valid");
                     assert!(slot < batch.num_slots, "{layout}: slot {slot}");
                     assert!(seen.insert(slot), "{layout}: slot {slot} used twice");
                 }

@@ -10,7 +10,9 @@ use decode_attn_core::synth::HostBatch;
 /// Decode attention of `batch` in f64: `[num_seqs, num_q_heads, head_dim]`.
 ///
 /// Query head `h` reads KV head `h / group_size`; inputs are decoded from
-/// their dtypes; a sequence of length 0 (or a negative one) gives zeros.
+/// their dtypes; a sequence of length 0 (or a negative one) gives zeros; a
+/// sequence with a token whose slot falls outside the index or the pool gives
+/// NaN, as the kernels' guards do.
 pub fn decode_reference(batch: &HostBatch, softmax_scale: f32) -> Vec<f64> {
     let problem = &batch.problem;
     let shape = problem.shape;
@@ -28,7 +30,10 @@ pub fn decode_reference(batch: &HostBatch, softmax_scale: f32) -> Vec<f64> {
         if seq_len == 0 {
             continue;
         }
-        let slots: Vec<usize> = (0..seq_len).map(|t| batch.slot(seq, t)).collect();
+        let Some(slots) = (0..seq_len).map(|t| batch.slot(seq, t)).collect::<Option<Vec<usize>>>() else {
+            out[seq * num_q_heads * d..][..num_q_heads * d].fill(f64::NAN);
+            continue;
+        };
         for h in 0..num_q_heads {
             let kv_head = h / group;
             let q_row = &q[(seq * num_q_heads + h) * d..][..d];
@@ -55,4 +60,37 @@ pub fn decode_reference(batch: &HostBatch, softmax_scale: f32) -> Vec<f64> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use decode_attn_core::synth::HostIndex;
+    use decode_attn_core::{AttentionShape, DType, DTypes, DecodeProblem, KvLayout};
+
+    fn batch() -> HostBatch {
+        let shape = AttentionShape::new(4, 2, 64).unwrap();
+        let problem =
+            DecodeProblem::new(shape, DTypes::uniform(DType::F32), KvLayout::block_table(16), vec![40, 20]).unwrap();
+        HostBatch::random(&problem, 3)
+    }
+
+    #[test]
+    fn slots_outside_the_index_or_the_pool_give_nan_not_a_panic() {
+        let per_seq = 4 * 64;
+        let scale = 0.125;
+        // Sequence 1 grows past the blocks its row holds (3 rows of 16 tokens at most).
+        let mut longer = batch();
+        longer.seq_lens[1] = 100;
+        let out = decode_reference(&longer, scale);
+        assert!(out[..per_seq].iter().all(|x| x.is_finite()));
+        assert!(out[per_seq..].iter().all(|x| x.is_nan()));
+        // A negative block id in sequence 0's row.
+        let mut negative = batch();
+        let HostIndex::BlockTable { table, .. } = &mut negative.index else { panic!("a block table") };
+        table[0] = -1;
+        let out = decode_reference(&negative, scale);
+        assert!(out[..per_seq].iter().all(|x| x.is_nan()));
+        assert!(out[per_seq..].iter().all(|x| x.is_finite()));
+    }
 }

@@ -139,7 +139,8 @@ pub fn attend_range(
     let k = dtype::decode(p.dtypes.kv, &batch.k_cache);
     let v = dtype::decode(p.dtypes.kv, &batch.v_cache);
     let q = &q[(seq * hq + head) * d..][..d];
-    let rows: Vec<usize> = (start..end).map(|t| (batch.slot(seq, t) * hkv + kv_head) * d).collect();
+    let rows: Vec<usize> =
+        (start..end).map(|t| (batch.slot(seq, t).expect("a valid batch") * hkv + kv_head) * d).collect();
     let scores: Vec<f64> =
         rows.iter().map(|&r| scale * (0..d).map(|j| q[j] as f64 * k[r + j] as f64).sum::<f64>()).collect();
     let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
