@@ -898,19 +898,16 @@ DA_DEVICE void merge_attn_states_body(const MergeParams& p) {
         decode_reduce_body<TYPE, D>(p);                                                                  \
     }
 
-#define DA_DECODE_ALL_DIMS(TNAME, TYPE)                                                                  \
-    DA_DECODE_ENTRY(TNAME, TYPE, 64)                                                                     \
-    DA_DECODE_ENTRY(TNAME, TYPE, 80)                                                                     \
-    DA_DECODE_ENTRY(TNAME, TYPE, 96)                                                                     \
-    DA_DECODE_ENTRY(TNAME, TYPE, 112)                                                                    \
-    DA_DECODE_ENTRY(TNAME, TYPE, 120)                                                                    \
-    DA_DECODE_ENTRY(TNAME, TYPE, 128)                                                                    \
-    DA_DECODE_ENTRY(TNAME, TYPE, 192)                                                                    \
-    DA_DECODE_ENTRY(TNAME, TYPE, 256)
+// The head dims the kernels are instantiated for (core's SUPPORTED_HEAD_DIMS;
+// the mma kernel stops at 128):
+// ENTRY(A, B, D) for each, A and B passed through.
+#define DA_DIMS_TO_128(ENTRY, A, B) \
+    ENTRY(A, B, 64) ENTRY(A, B, 80) ENTRY(A, B, 96) ENTRY(A, B, 112) ENTRY(A, B, 120) ENTRY(A, B, 128)
+#define DA_ALL_DIMS(ENTRY, A, B) DA_DIMS_TO_128(ENTRY, A, B) ENTRY(A, B, 192) ENTRY(A, B, 256)
 
-DA_DECODE_ALL_DIMS(f32, float)
-DA_DECODE_ALL_DIMS(f16, da_f16)
-DA_DECODE_ALL_DIMS(bf16, da_bf16)
+DA_ALL_DIMS(DA_DECODE_ENTRY, f32, float)
+DA_ALL_DIMS(DA_DECODE_ENTRY, f16, da_f16)
+DA_ALL_DIMS(DA_DECODE_ENTRY, bf16, da_bf16)
 
 #define DA_MERGE_ENTRY(TNAME, TYPE)                                                                      \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS) merge_attn_states_##TNAME(const MergeParams p) { \
@@ -926,19 +923,9 @@ DA_MERGE_ENTRY(bf16, da_bf16)
 // ---------------------------------------------------------------------------
 #include "decode_stream.cuh"
 
-#define DA_STREAM_ALL_DIMS(TNAME, TYPE)                                                                  \
-    DA_STREAM_ENTRIES(TYPE, TNAME, 64)                                                                   \
-    DA_STREAM_ENTRIES(TYPE, TNAME, 80)                                                                   \
-    DA_STREAM_ENTRIES(TYPE, TNAME, 96)                                                                   \
-    DA_STREAM_ENTRIES(TYPE, TNAME, 112)                                                                  \
-    DA_STREAM_ENTRIES(TYPE, TNAME, 120)                                                                  \
-    DA_STREAM_ENTRIES(TYPE, TNAME, 128)                                                                  \
-    DA_STREAM_ENTRIES(TYPE, TNAME, 192)                                                                  \
-    DA_STREAM_ENTRIES(TYPE, TNAME, 256)
-
-DA_STREAM_ALL_DIMS(f32, float)
-DA_STREAM_ALL_DIMS(f16, da_f16)
-DA_STREAM_ALL_DIMS(bf16, da_bf16)
+DA_ALL_DIMS(DA_STREAM_ENTRIES, float, f32)
+DA_ALL_DIMS(DA_STREAM_ENTRIES, da_f16, f16)
+DA_ALL_DIMS(DA_STREAM_ENTRIES, da_bf16, bf16)
 
 // ---------------------------------------------------------------------------
 // The tensor-core kernel (decode_mma.cuh): the default for f16 and bf16 with
@@ -946,13 +933,5 @@ DA_STREAM_ALL_DIMS(bf16, da_bf16)
 // ---------------------------------------------------------------------------
 #include "decode_mma.cuh"
 
-#define DA_MMA_ALL_DIMS(TNAME, TYPE)                                                                     \
-    DA_MMA_ENTRY(TYPE, TNAME, 64)                                                                        \
-    DA_MMA_ENTRY(TYPE, TNAME, 80)                                                                        \
-    DA_MMA_ENTRY(TYPE, TNAME, 96)                                                                        \
-    DA_MMA_ENTRY(TYPE, TNAME, 112)                                                                       \
-    DA_MMA_ENTRY(TYPE, TNAME, 120)                                                                       \
-    DA_MMA_ENTRY(TYPE, TNAME, 128)
-
-DA_MMA_ALL_DIMS(f16, da_f16)
-DA_MMA_ALL_DIMS(bf16, da_bf16)
+DA_DIMS_TO_128(DA_MMA_ENTRY, da_f16, f16)
+DA_DIMS_TO_128(DA_MMA_ENTRY, da_bf16, bf16)

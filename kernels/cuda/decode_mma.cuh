@@ -125,30 +125,15 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     constexpr int TILE = DECODE_TILE_TOKENS;
     static_assert(TILE == 16, "one tile is the mma's k16 of PV");
 
-    // Launched programmatically, the kernel before may still be writing Q,
-    // the lengths or the index: nothing is read before this.
-    da_wait_for_producer();
-    const int b = blockIdx.x;
-    const int group = p.num_q_heads / p.num_kv_heads;
-    const int head_groups = da_cdiv(group, HEADS);
-    const int kv_head = blockIdx.y / head_groups;
-    const int head0 = kv_head * group + (blockIdx.y % head_groups) * HEADS;  // first query head of this CTA
-    const int num_heads = da_min(HEADS, kv_head * group + group - head0);
-    const int split = blockIdx.z;
+    CtaWork work;
+    if (!cta_work<HEADS>(p, work)) return;
+    const int b = work.b, kv_head = work.kv_head, head0 = work.head0, num_heads = work.num_heads, split = work.split;
+    const SeqInfo seq = work.seq;
+    const long long start = work.start, end = work.end;
     const int warp = threadIdx.x / DA_WARP_SIZE;
     const int lane = threadIdx.x % DA_WARP_SIZE;
     const int gid = lane / 4;  // the mma's groupID: rows of A and C, column of B
     const int tig = lane % 4;  // thread in group
-
-    const SeqInfo seq = seq_info(p, b);
-    const int len = seq.ok ? seq.len : 0;
-    const SeqSplit cut = split_rule(p, len);
-    const bool unsplit = p.num_splits == 1;
-    // Surplus splits exit at once; the unsplit CTA always writes (zeros for s = 0, NaN for a bad sequence).
-    if (!unsplit && (unsigned long long)split >= cut.active_splits) return;
-    da_launch_dependents();  // the reducer may start; it waits for this grid's stores
-    const long long start = (long long)split * (long long)cut.tiles_per_split * TILE;
-    const long long end = da_min_ll(len, start + (long long)cut.tiles_per_split * TILE);
 
     // Q of heads gid and gid + 8 (zeros past the group), this lane's K chunks.
     uint4 q_lo[G::K_CHUNKS], q_hi[G::K_CHUNKS];

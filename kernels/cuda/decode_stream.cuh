@@ -83,6 +83,44 @@ struct StreamGeometry {
     static_assert(HEAD_DIM * Elem<T>::BYTES % 16 == 0, "rows are whole 16-byte chunks");
 };
 
+// What one CTA of the stream and mma kernels works on. Grid (num_seqs,
+// num_kv_heads * head_groups, num_splits): up to HEADS query heads of one KV
+// head (head_groups = ceil(g / HEADS) CTAs per KV head), one split of one
+// sequence.
+struct CtaWork {
+    int b;          // the sequence
+    int kv_head;
+    int head0;      // the CTA's first query head
+    int num_heads;  // query heads it serves, <= HEADS
+    int split;
+    SeqInfo seq;
+    long long start, end;  // its tokens
+};
+
+// The CTA's work, or false for a surplus split, which exits at once (the
+// unsplit CTA always has work: it writes zeros for s = 0, NaN for a bad
+// sequence). Launched programmatically, the kernel before may still be
+// writing Q, the lengths or the index: nothing is read before the wait.
+template <int HEADS>
+DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w) {
+    da_wait_for_producer();
+    w.b = blockIdx.x;
+    const int group = p.num_q_heads / p.num_kv_heads;
+    const int head_groups = da_cdiv(group, HEADS);
+    w.kv_head = blockIdx.y / head_groups;
+    w.head0 = w.kv_head * group + (blockIdx.y % head_groups) * HEADS;
+    w.num_heads = da_min(HEADS, w.kv_head * group + group - w.head0);
+    w.split = blockIdx.z;
+    w.seq = seq_info(p, w.b);
+    const int len = w.seq.ok ? w.seq.len : 0;
+    const SeqSplit cut = split_rule(p, len);
+    if (p.num_splits != 1 && (unsigned long long)w.split >= cut.active_splits) return false;
+    da_launch_dependents();  // the reducer may start; it waits for this grid's stores
+    w.start = (long long)w.split * (long long)cut.tiles_per_split * DECODE_TILE_TOKENS;
+    w.end = da_min_ll(len, w.start + (long long)cut.tiles_per_split * DECODE_TILE_TOKENS);
+    return true;
+}
+
 // The end of a decode CTA: merge its warps' (m_w, l_w, acc_w) from shared
 // memory (row h of warp w at w * heads_stride + h) as
 //   M = max m_w, L = sum l_w 2^(m_w - M), A = sum acc_w 2^(m_w - M),
@@ -135,30 +173,15 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
     __shared__ float warp_l[G::WARPS][HEADS];
     __shared__ __align__(16) float warp_acc[G::WARPS][HEADS][HEAD_DIM];
 
-    // Launched programmatically, the kernel before may still be writing Q,
-    // the lengths or the index: nothing is read before this.
-    da_wait_for_producer();
-    const int b = blockIdx.x;
-    const int group = p.num_q_heads / p.num_kv_heads;
-    const int head_groups = da_cdiv(group, HEADS);
-    const int kv_head = blockIdx.y / head_groups;
-    const int head0 = kv_head * group + (blockIdx.y % head_groups) * HEADS;  // first query head of this CTA
-    const int num_heads = da_min(HEADS, kv_head * group + group - head0);
-    const int split = blockIdx.z;
+    CtaWork work;
+    if (!cta_work<HEADS>(p, work)) return;
+    const int b = work.b, kv_head = work.kv_head, head0 = work.head0, num_heads = work.num_heads, split = work.split;
+    const SeqInfo seq = work.seq;
+    const long long start = work.start, end = work.end;
     const int warp = threadIdx.x / DA_WARP_SIZE;
     const int lane = threadIdx.x % DA_WARP_SIZE;
     const int row = lane / LPR;
     const int col = lane % LPR;
-
-    const SeqInfo seq = seq_info(p, b);
-    const int len = seq.ok ? seq.len : 0;
-    const SeqSplit cut = split_rule(p, len);
-    const bool unsplit = p.num_splits == 1;
-    // Surplus splits exit at once; the unsplit CTA always writes (zeros for s = 0, NaN for a bad sequence).
-    if (!unsplit && (unsigned long long)split >= cut.active_splits) return;
-    da_launch_dependents();  // the reducer may start; it waits for this grid's stores
-    const long long start = (long long)split * (long long)cut.tiles_per_split * DECODE_TILE_TOKENS;
-    const long long end = da_min_ll(len, start + (long long)cut.tiles_per_split * DECODE_TILE_TOKENS);
 
     // Q of the CTA's heads, this lane's chunks, pre-scaled into log2 units.
     float q[HEADS][CPL][EPC];
