@@ -147,6 +147,16 @@ pub enum ProgrammaticLaunch {
     All,
 }
 
+impl ProgrammaticLaunch {
+    fn decode_kernel(self) -> bool {
+        self == ProgrammaticLaunch::All
+    }
+
+    fn reducer(self) -> bool {
+        self != ProgrammaticLaunch::Off
+    }
+}
+
 impl CudaOptions {
     /// Documented entry point that reads the environment:
     /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc`,
@@ -409,20 +419,28 @@ impl CudaBackend {
         Ok(f)
     }
 
-    /// Launches `function` on the stream with programmatic stream
-    /// serialization: it may start before the previous kernel finishes.
+    /// Launches `function` (one `DecodeParams` parameter) on the stream; with
+    /// `programmatic`, with programmatic stream serialization: it may start
+    /// before the previous kernel finishes.
     ///
     /// # Safety
-    /// `params` must match the kernel's parameter, every address in it must
-    /// be live, and the kernel must wait (griddepcontrol.wait) before it
-    /// reads anything the previous kernel writes.
-    unsafe fn launch_programmatic(
+    /// `params` must match the kernel's parameter and every address in it
+    /// must be live; with `programmatic`, the kernel must wait
+    /// (griddepcontrol.wait) before it reads anything the previous kernel writes.
+    unsafe fn launch(
         &self,
         function: &CudaFunction,
         config: LaunchConfig,
         params: &ByValue<DecodeParams>,
+        programmatic: bool,
     ) -> Result<()> {
         use cudarc::driver::sys;
+        if !programmatic {
+            // SAFETY: the caller's contract.
+            return unsafe { self.stream.launch_builder(function).arg(params).launch(config) }
+                .map(|_| ())
+                .map_err(driver_error);
+        }
         // SAFETY: CUlaunchAttribute is plain data (an id and a union of
         // integers); all-zero is a valid value that the fields below complete.
         let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
@@ -681,17 +699,14 @@ impl DecodeAttention for CudaBackend {
             block_dim: (launch.threads, 1, 1),
             shared_mem_bytes: launch.shared_mem_bytes,
         };
-        if launch.programmatic && self.programmatic_launch == ProgrammaticLaunch::All {
-            // SAFETY: as below; the mma and stream kernels execute
-            // griddepcontrol.wait before their first load.
-            unsafe { self.launch_programmatic(&main, config, &params) }?;
-        } else {
-            // SAFETY: `params` matches the kernel's `DecodeParams` (size-checked in
-            // core's abi tests); every address in it points into a live allocation whose
-            // size `DecodeArgs::check` verified against the plan, and the kernel
-            // bounds-checks block ids, slots and lengths that live in device memory.
-            unsafe { self.stream.launch_builder(&main).arg(&params).launch(config) }.map_err(driver_error)?;
-        }
+        let pdl = self.programmatic_launch;
+        // SAFETY: `params` matches the kernel's `DecodeParams` (size-checked in
+        // core's abi tests); every address in it points into a live allocation whose
+        // size `DecodeArgs::check` verified against the plan, and the kernel
+        // bounds-checks block ids, slots and lengths that live in device memory;
+        // launched programmatically only where `launch.programmatic` says the
+        // kernel waits (griddepcontrol.wait) before its first load.
+        unsafe { self.launch(&main, config, &params, launch.programmatic && pdl.decode_kernel()) }?;
         if split {
             let reduce = self.function(&launch.reduce)?;
             let config = LaunchConfig {
@@ -699,16 +714,10 @@ impl DecodeAttention for CudaBackend {
                 block_dim: (launch.reduce_threads, 1, 1),
                 shared_mem_bytes: 0,
             };
-            if launch.programmatic && self.programmatic_launch != ProgrammaticLaunch::Off {
-                // SAFETY: as above; this reducer (decode_stream_reduce_*)
-                // executes griddepcontrol.wait before it reads the partial
-                // rows, so starting it early is sound.
-                unsafe { self.launch_programmatic(&reduce, config, &params) }?;
-            } else {
-                // SAFETY: as above; the reducer reads the partial rows the
-                // first kernel wrote, in the same stream order.
-                unsafe { self.stream.launch_builder(&reduce).arg(&params).launch(config) }.map_err(driver_error)?;
-            }
+            // SAFETY: as above; the reducer reads the partial rows the first
+            // kernel wrote, in stream order or, launched programmatically,
+            // after its griddepcontrol.wait.
+            unsafe { self.launch(&reduce, config, &params, launch.programmatic && pdl.reducer()) }?;
         }
         Ok(())
     }
