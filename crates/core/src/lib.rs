@@ -8,6 +8,7 @@
 //! * [`backend`]: the [`DecodeAttention`] trait every backend implements.
 //! * [`merge`]: the two-way attention-state merge, on the host.
 //! * [`kernel_cache`]: the disk cache of kernels compiled at run time.
+//! * [`env`]: options read from the environment by the backends' `from_env`.
 //! * [`abi`]: the GPU kernels' launch parameters (decode_params.h), filled
 //!   from a plan once for every GPU backend.
 //!
@@ -18,6 +19,7 @@
 pub mod abi;
 pub mod backend;
 pub mod dtype;
+pub mod env;
 pub mod error;
 pub mod kernel_cache;
 pub mod layout;

@@ -27,6 +27,7 @@ use decode_attn_core::{
 };
 
 use decode_attn_core::abi::{DecodeParams, MergeParams};
+use decode_attn_core::env;
 pub use nvrtc::{default_cache_dir, NVRTC_CANDIDATES};
 use params::ByValue;
 
@@ -164,30 +165,24 @@ impl CudaOptions {
     /// `DECODE_ATTN_CUDA_PDL=off|reducer|all` and the cache folder of
     /// [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
-        let kernels = match std::env::var("DECODE_ATTN_CUDA_KERNELS").ok().as_deref() {
-            None | Some("") | Some("auto") => KernelSource::Auto,
-            Some("embedded") => KernelSource::Embedded,
-            Some("nvrtc") => KernelSource::Nvrtc,
-            Some(other) => {
-                return Err(Error::Unsupported {
-                    backend: BACKEND,
-                    what: format!("DECODE_ATTN_CUDA_KERNELS={other:?} (expected auto, embedded or nvrtc)"),
-                })
-            }
-        };
-        let kernel = match std::env::var("DECODE_ATTN_CUDA_KERNEL").ok().as_deref() {
-            None | Some("") | Some("auto") => DecodeKernel::Auto,
-            Some("mma") => DecodeKernel::Mma,
-            Some("stream") => DecodeKernel::Stream,
-            Some("staged") => DecodeKernel::Staged,
-            Some("kvgrid") => DecodeKernel::KvGrid,
-            Some(other) => {
-                return Err(Error::Unsupported {
-                    backend: BACKEND,
-                    what: format!("DECODE_ATTN_CUDA_KERNEL={other:?} (expected auto, mma, stream, staged or kvgrid)"),
-                })
-            }
-        };
+        let kernels = env::choice(
+            BACKEND,
+            "DECODE_ATTN_CUDA_KERNELS",
+            KernelSource::Auto,
+            &[("auto", KernelSource::Auto), ("embedded", KernelSource::Embedded), ("nvrtc", KernelSource::Nvrtc)],
+        )?;
+        let kernel = env::choice(
+            BACKEND,
+            "DECODE_ATTN_CUDA_KERNEL",
+            DecodeKernel::Auto,
+            &[
+                ("auto", DecodeKernel::Auto),
+                ("mma", DecodeKernel::Mma),
+                ("stream", DecodeKernel::Stream),
+                ("staged", DecodeKernel::Staged),
+                ("kvgrid", DecodeKernel::KvGrid),
+            ],
+        )?;
         let max_heads_per_cta = match std::env::var("DECODE_ATTN_CUDA_HEADS_PER_CTA").ok().as_deref() {
             None | Some("") => 0,
             Some(text) => match text.parse::<usize>() {
@@ -200,17 +195,17 @@ impl CudaOptions {
                 }
             },
         };
-        let programmatic_launch = match std::env::var("DECODE_ATTN_CUDA_PDL").ok().as_deref() {
-            None | Some("") | Some("reducer") => ProgrammaticLaunch::Reducer,
-            Some("off") | Some("0") => ProgrammaticLaunch::Off,
-            Some("all") => ProgrammaticLaunch::All,
-            Some(other) => {
-                return Err(Error::Unsupported {
-                    backend: BACKEND,
-                    what: format!("DECODE_ATTN_CUDA_PDL={other:?} (expected off, reducer or all)"),
-                })
-            }
-        };
+        let programmatic_launch = env::choice(
+            BACKEND,
+            "DECODE_ATTN_CUDA_PDL",
+            ProgrammaticLaunch::Reducer,
+            &[
+                ("off", ProgrammaticLaunch::Off),
+                ("reducer", ProgrammaticLaunch::Reducer),
+                ("all", ProgrammaticLaunch::All),
+                ("0", ProgrammaticLaunch::Off),
+            ],
+        )?;
         Ok(CudaOptions { kernels, kernel, max_heads_per_cta, cache_dir: default_cache_dir(), programmatic_launch })
     }
 }

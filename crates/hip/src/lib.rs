@@ -70,17 +70,12 @@ impl HipOptions {
     /// `DECODE_ATTN_HIP_KERNELS=auto|embedded|hiprtc` and the cache folder of
     /// [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
-        let kernels = match std::env::var("DECODE_ATTN_HIP_KERNELS").ok().as_deref() {
-            None | Some("") | Some("auto") => KernelSource::Auto,
-            Some("embedded") => KernelSource::Embedded,
-            Some("hiprtc") => KernelSource::Hiprtc,
-            Some(other) => {
-                return Err(Error::Unsupported {
-                    backend: BACKEND,
-                    what: format!("DECODE_ATTN_HIP_KERNELS={other:?} (expected auto, embedded or hiprtc)"),
-                })
-            }
-        };
+        let kernels = decode_attn_core::env::choice(
+            BACKEND,
+            "DECODE_ATTN_HIP_KERNELS",
+            KernelSource::Auto,
+            &[("auto", KernelSource::Auto), ("embedded", KernelSource::Embedded), ("hiprtc", KernelSource::Hiprtc)],
+        )?;
         Ok(HipOptions { kernels, cache_dir: default_cache_dir(), hiprtc_candidates: None })
     }
 }
