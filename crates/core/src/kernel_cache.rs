@@ -3,6 +3,7 @@
 //! hash of everything that decides its output, written atomically so that
 //! processes sharing the folder never read half a file.
 
+use std::ffi::{c_char, CString, NulError};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -15,6 +16,41 @@ pub struct Source<'a> {
     pub name: &'a str,
     pub text: &'a str,
     pub headers: &'a [(&'a str, &'a str)],
+}
+
+/// A source, its headers and compile options as the C strings that NVRTC's
+/// and hiprtc's create- and compile-program calls take (their signatures
+/// match). The pointer arrays point into the owned strings' heap buffers,
+/// which stay put when this value moves.
+pub struct ProgramStrings {
+    pub text: CString,
+    pub name: CString,
+    pub header_texts: Vec<*const c_char>,
+    pub header_names: Vec<*const c_char>,
+    pub options: Vec<*const c_char>,
+    _owned: Vec<CString>,
+}
+
+impl Source<'_> {
+    /// The C strings of this source and `options`; an error if any holds a NUL byte.
+    pub fn program_strings(&self, options: &[String]) -> std::result::Result<ProgramStrings, NulError> {
+        let header_texts = c_strings(self.headers.iter().map(|(_, text)| *text))?;
+        let header_names = c_strings(self.headers.iter().map(|(name, _)| *name))?;
+        let option_strings = c_strings(options.iter().map(String::as_str))?;
+        let pointers = |owned: &[CString]| owned.iter().map(|c| c.as_ptr()).collect();
+        Ok(ProgramStrings {
+            text: CString::new(self.text)?,
+            name: CString::new(self.name)?,
+            header_texts: pointers(&header_texts),
+            header_names: pointers(&header_names),
+            options: pointers(&option_strings),
+            _owned: header_texts.into_iter().chain(header_names).chain(option_strings).collect(),
+        })
+    }
+}
+
+fn c_strings<'a>(texts: impl Iterator<Item = &'a str>) -> std::result::Result<Vec<CString>, NulError> {
+    texts.map(CString::new).collect()
 }
 
 /// A hex SHA-256 of the source, its headers, the options and the compiler
@@ -78,6 +114,23 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn program_strings_point_at_each_header_and_option_and_refuse_nul() {
+        let source = Source { name: "k.cu", text: "x", headers: &[("a.h", "A"), ("b.h", "B")] };
+        let options = ["-O3".to_string()];
+        let strings = source.program_strings(&options).unwrap();
+        // SAFETY: the pointers point into `strings`' own NUL-terminated buffers, alive here.
+        let read = |ptrs: &[*const c_char]| -> Vec<String> {
+            ptrs.iter().map(|&p| unsafe { std::ffi::CStr::from_ptr(p) }.to_str().unwrap().to_string()).collect()
+        };
+        assert_eq!((strings.text.to_str().unwrap(), strings.name.to_str().unwrap()), ("x", "k.cu"));
+        assert_eq!(read(&strings.header_texts), ["A", "B"]);
+        assert_eq!(read(&strings.header_names), ["a.h", "b.h"]);
+        assert_eq!(read(&strings.options), ["-O3"]);
+        let bad = Source { name: "k.cu", text: "x\0y", headers: &[] };
+        assert!(bad.program_strings(&[]).is_err());
+    }
 
     #[test]
     fn cache_key_depends_on_everything() {

@@ -5,7 +5,7 @@
 //! for (12.x here), while a CUDA 13 machine ships only `libnvrtc.so.13`. A
 //! missing NVRTC is an error value naming every library tried.
 
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int, CStr};
 use std::path::Path;
 
 use decode_attn_core::kernel_cache::{cache_key, cached_or_compile};
@@ -105,19 +105,9 @@ pub fn compile_cubin(source: &Source<'_>, arch: (i32, i32), cache_dir: Option<&P
     cached_or_compile(cached.as_deref(), |_| true, || compile_uncached(&nvrtc, source, &options))
 }
 
-fn cstring(text: &str) -> Result<CString> {
-    CString::new(text).map_err(|_| device_error("kernel source contains a NUL byte".into()))
-}
-
 fn compile_uncached(nvrtc: &Nvrtc, source: &Source<'_>, options: &[String]) -> Result<Vec<u8>> {
-    let text = cstring(source.text)?;
-    let name = cstring(source.name)?;
-    let header_texts = source.headers.iter().map(|(_, t)| cstring(t)).collect::<Result<Vec<_>>>()?;
-    let header_names = source.headers.iter().map(|(n, _)| cstring(n)).collect::<Result<Vec<_>>>()?;
-    let header_text_ptrs: Vec<*const c_char> = header_texts.iter().map(|c| c.as_ptr()).collect();
-    let header_name_ptrs: Vec<*const c_char> = header_names.iter().map(|c| c.as_ptr()).collect();
-    let option_strings = options.iter().map(|o| cstring(o)).collect::<Result<Vec<_>>>()?;
-    let option_ptrs: Vec<*const c_char> = option_strings.iter().map(|c| c.as_ptr()).collect();
+    let strings =
+        source.program_strings(options).map_err(|_| device_error("kernel source contains a NUL byte".into()))?;
 
     let mut program: Program = std::ptr::null_mut();
     // SAFETY: every pointer is a NUL-terminated CString (or an array of them
@@ -125,18 +115,18 @@ fn compile_uncached(nvrtc: &Nvrtc, source: &Source<'_>, options: &[String]) -> R
     let status = unsafe {
         (nvrtc.create)(
             &mut program,
-            text.as_ptr(),
-            name.as_ptr(),
-            header_text_ptrs.len() as c_int,
-            header_text_ptrs.as_ptr(),
-            header_name_ptrs.as_ptr(),
+            strings.text.as_ptr(),
+            strings.name.as_ptr(),
+            strings.header_texts.len() as c_int,
+            strings.header_texts.as_ptr(),
+            strings.header_names.as_ptr(),
         )
     };
     if status != 0 {
         return Err(device_error(format!("nvrtcCreateProgram failed with status {status}")));
     }
     // SAFETY: `program` was created above; the options outlive the call.
-    let status = unsafe { (nvrtc.compile)(program, option_ptrs.len() as c_int, option_ptrs.as_ptr()) };
+    let status = unsafe { (nvrtc.compile)(program, strings.options.len() as c_int, strings.options.as_ptr()) };
     let result = if status != 0 {
         Err(device_error(format!(
             "NVRTC failed to compile {} ({options:?}):\n{}",

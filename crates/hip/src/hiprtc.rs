@@ -6,7 +6,7 @@
 //! the last candidate. hiprtc needs no device: it compiles for the
 //! architecture named in `--offload-arch`.
 
-use std::ffi::{c_char, c_int, CStr, CString, OsStr};
+use std::ffi::{c_int, CStr, OsStr};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -114,14 +114,8 @@ impl Hiprtc {
     fn compile_uncached(&self, source: &Source<'_>, options: &[String]) -> Result<Vec<u8>> {
         // Poisoned (a panic in an earlier compile) still serialises.
         let _one_at_a_time = COMPILE_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let text = cstring(source.text)?;
-        let name = cstring(source.name)?;
-        let header_texts = source.headers.iter().map(|(_, t)| cstring(t)).collect::<Result<Vec<_>>>()?;
-        let header_names = source.headers.iter().map(|(n, _)| cstring(n)).collect::<Result<Vec<_>>>()?;
-        let header_text_ptrs: Vec<*const c_char> = header_texts.iter().map(|c| c.as_ptr()).collect();
-        let header_name_ptrs: Vec<*const c_char> = header_names.iter().map(|c| c.as_ptr()).collect();
-        let option_strings = options.iter().map(|o| cstring(o)).collect::<Result<Vec<_>>>()?;
-        let option_ptrs: Vec<*const c_char> = option_strings.iter().map(|c| c.as_ptr()).collect();
+        let strings =
+            source.program_strings(options).map_err(|_| device_error("kernel source contains a NUL byte".into()))?;
 
         let mut program: sys::Program = std::ptr::null_mut();
         // SAFETY: every pointer is a NUL-terminated CString (or an array of
@@ -129,16 +123,17 @@ impl Hiprtc {
         let code = unsafe {
             (self.api.create_program)(
                 &mut program,
-                text.as_ptr(),
-                name.as_ptr(),
-                header_text_ptrs.len() as c_int,
-                header_text_ptrs.as_ptr(),
-                header_name_ptrs.as_ptr(),
+                strings.text.as_ptr(),
+                strings.name.as_ptr(),
+                strings.header_texts.len() as c_int,
+                strings.header_texts.as_ptr(),
+                strings.header_names.as_ptr(),
             )
         };
         self.check("hiprtcCreateProgram", code)?;
         // SAFETY: `program` was created above; the options outlive the call.
-        let code = unsafe { (self.api.compile_program)(program, option_ptrs.len() as c_int, option_ptrs.as_ptr()) };
+        let code =
+            unsafe { (self.api.compile_program)(program, strings.options.len() as c_int, strings.options.as_ptr()) };
         let result = match self.check("hiprtcCompileProgram", code) {
             Err(err) => Err(device_error(format!(
                 "{err} for {} ({}):\n{}",
@@ -185,10 +180,6 @@ impl Hiprtc {
 /// included, so the object matches the device exactly), C++17, -O3.
 pub fn compile_options(arch: &str) -> Vec<String> {
     vec![format!("--offload-arch={arch}"), "-std=c++17".into(), "-O3".into()]
-}
-
-fn cstring(text: &str) -> Result<CString> {
-    CString::new(text).map_err(|_| device_error("kernel source contains a NUL byte".into()))
 }
 
 #[cfg(test)]
