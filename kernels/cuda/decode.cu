@@ -125,6 +125,16 @@ DA_DEVICE unsigned short da_f32_to_f16(float x) {
 }
 #endif  // DA_PORTABLE_LAYER
 
+// Phase stamps for kernels/cuda/probe/timeline.cu (which defines DA_TIMELINE
+// and supplies da_timeline_stamp); nothing otherwise.
+#ifdef DA_TIMELINE
+#define DA_STAMP(grid, event) da_timeline_stamp(p, grid, event)
+#else
+#define DA_STAMP(grid, event) \
+    do {                      \
+    } while (0)
+#endif
+
 // ---------------------------------------------------------------------------
 // Element types: f32, f16 and bf16 (the last two as their 16-bit patterns).
 // ---------------------------------------------------------------------------

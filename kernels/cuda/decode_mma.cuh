@@ -103,7 +103,7 @@ struct MmaGeometry {
     static constexpr int STAGES_FIT = DECODE_MMA_RING_BYTES / (WARPS * TILE_BYTES);
     static constexpr int STAGES = STAGES_FIT > 6 ? 6 : STAGES_FIT;
     // The warps' (m, l, acc) go through the same shared memory at the end.
-    static constexpr int MERGE_FLOATS = WARPS * DECODE_MMA_HEADS * (HEAD_DIM + 2);
+    static constexpr int MERGE_FLOATS = WARPS * DECODE_MMA_HEADS * (HEAD_DIM + 3);  // acc, m, l, weight
     static_assert(HEAD_DIM <= DECODE_MMA_MAX_HEAD_DIM && HEAD_DIM % 8 == 0, "rows are whole chunks");
     static_assert(DA_WARP_SIZE % PITCH == 0 && DECODE_TILE_TOKENS % ROWS_PER_COPY == 0, "copies tile the rows");
     static_assert(STAGES >= 3, "at least two tiles in flight per warp");
@@ -170,6 +170,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     const int copy_chunk = lane % G::PITCH;
     struct Offsets {
         long long row[G::COPIES];
+        bool live;  // some row of the tile is a token (warp-uniform); a dead tile is never consumed
     };
     // Per-row arithmetic is relative to the tile (rows 0..15, ints); only the
     // tile's own slot and byte offset are 64-bit, and a block table costs one
@@ -181,6 +182,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
         const long long left = end - first;
         const int rows_live = left <= 0 ? 0 : left >= TILE ? TILE : (int)left;
         Offsets at;
+        at.live = rows_live > 0;
         if (block_table) {
             // The tile's rows are consecutive slots of one kernel block.
             long long slot0 = -1;
@@ -218,15 +220,20 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     auto v_chunk = [&](int stage, int row, int chunk) {
         return ring + stage * G::TILE_CHUNKS + (DECODE_TILE_TOKENS + row) * G::PITCH + G::v_swizzle(row, chunk);
     };
+    // A dead tile (past the split's end: the pipeline's fill and drain when a
+    // warp has fewer tiles than stages) copies nothing; its group stays, empty,
+    // so that the wait counts hold.
     auto issue = [&](const Offsets& at, int stage) {
         const bool in_row = copy_chunk < G::ROW_CHUNKS;  // else a zero pad chunk
+        if (at.live) {
 #pragma unroll
-        for (int i = 0; i < G::COPIES; ++i) {
-            const int row = copy_row + G::ROWS_PER_COPY * i;
-            const bool live = at.row[i] >= 0 && in_row;
-            const long long from = live ? at.row[i] + copy_chunk * 16 : 0;
-            da_cp_async16(k_chunk(stage, row, copy_chunk), k_base + from, live ? 16 : 0);
-            da_cp_async16(v_chunk(stage, row, copy_chunk), v_base + from, live ? 16 : 0);
+            for (int i = 0; i < G::COPIES; ++i) {
+                const int row = copy_row + G::ROWS_PER_COPY * i;
+                const bool live = at.row[i] >= 0 && in_row;
+                const long long from = live ? at.row[i] + copy_chunk * 16 : 0;
+                da_cp_async16(k_chunk(stage, row, copy_chunk), k_base + from, live ? 16 : 0);
+                da_cp_async16(v_chunk(stage, row, copy_chunk), v_base + from, live ? 16 : 0);
+            }
         }
         da_cp_async_commit();
     };
@@ -316,10 +323,12 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     const long long first = start + (long long)warp * TILE;
 #pragma unroll
     for (int stage = 0; stage < G::STAGES - 1; ++stage) issue(locate(first + stage * step), stage);
+    DA_STAMP(0, 2);
     Offsets next = locate(first + (G::STAGES - 1) * step);
     int stage = 0;
     for (long long it = first; it < end; it += step) {
         da_cp_async_wait<G::STAGES - 2>();  // this lane's copies of this tile have landed
+        if (it == first) DA_STAMP(0, 3);
         // Every lane's have, and every lane is done reading the slot consumed
         // last iteration, which is refilled now.
         da_syncwarp();
@@ -329,6 +338,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
         stage = stage + 1 == G::STAGES ? 0 : stage + 1;
     }
     da_cp_async_wait<0>();
+    DA_STAMP(0, 4);
 
     // Row sums over the four lanes of a row (m is already row-wide).
 #pragma unroll
@@ -341,6 +351,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     float* warp_acc = reinterpret_cast<float*>(mma_ring);              // [WARPS][HEADS][HEAD_DIM]
     float* warp_m = warp_acc + G::WARPS * HEADS * HEAD_DIM;            // [WARPS][HEADS]
     float* warp_l = warp_m + G::WARPS * HEADS;                         // [WARPS][HEADS]
+    float* warp_weight = warp_l + G::WARPS * HEADS;                    // [HEADS][WARPS]
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int h = gid + 8 * r;
@@ -349,17 +360,26 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
             warp_m[warp * HEADS + h] = m[r];
             warp_l[warp * HEADS + h] = l[r];
         }
+        // n-tile nt = 8c + 2r' + e, column n = 2tig + e2: head dim (n + 8c) * 8 + 2r' + e, so
+        // n-tiles 8c .. 8c + 7 of one (c, e2) are 8 consecutive dims: two float4 stores.
 #pragma unroll
-        for (int nt = 0; nt < G::N_TILES; ++nt)
+        for (int c = 0; c < G::N_TILES / 8; ++c)
 #pragma unroll
             for (int e2 = 0; e2 < 2; ++e2) {
-                // n-tile nt = 8c + 2r' + e, column n = 2tig + e2: head dim (n + 8c) * 8 + 2r' + e.
-                const int d = (2 * tig + e2 + 8 * (nt / 8)) * 8 + (nt % 8);
-                if (d < HEAD_DIM) warp_acc[(warp * HEADS + h) * HEAD_DIM + d] = o[nt][2 * r + e2];
+                const int d0 = (2 * tig + e2 + 8 * c) * 8;
+                if (d0 >= HEAD_DIM) continue;
+                float4* dst = reinterpret_cast<float4*>(warp_acc + (warp * HEADS + h) * HEAD_DIM + d0);
+                dst[0] = make_float4(o[8 * c][2 * r + e2], o[8 * c + 1][2 * r + e2], o[8 * c + 2][2 * r + e2],
+                                     o[8 * c + 3][2 * r + e2]);
+                dst[1] = make_float4(o[8 * c + 4][2 * r + e2], o[8 * c + 5][2 * r + e2], o[8 * c + 6][2 * r + e2],
+                                     o[8 * c + 7][2 * r + e2]);
             }
     }
     __syncthreads();
-    store_cta_state<T, HEAD_DIM, G::WARPS>(p, warp_m, warp_l, warp_acc, HEADS, num_heads, b, head0, split, bad);
+    DA_STAMP(0, 5);
+    store_cta_state<T, HEAD_DIM, G::WARPS, HEADS>(p, warp_m, warp_l, warp_acc, warp_weight, num_heads, b, head0, split,
+                                                  bad);
+    DA_STAMP(0, 6);
 }
 
 #define DA_MMA_ENTRY(T, TNAME, D)                                                                                  \

@@ -103,6 +103,7 @@ struct CtaWork {
 // writing Q, the lengths or the index: nothing is read before the wait.
 template <int HEADS>
 DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w) {
+    DA_STAMP(0, 0);
     da_wait_for_producer();
     w.b = blockIdx.x;
     const int group = p.num_q_heads / p.num_kv_heads;
@@ -116,46 +117,81 @@ DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w) {
     const SeqSplit cut = split_rule(p, len);
     if (p.num_splits != 1 && (unsigned long long)w.split >= cut.active_splits) return false;
     da_launch_dependents();  // the reducer may start; it waits for this grid's stores
+    DA_STAMP(0, 1);
     w.start = (long long)w.split * (long long)cut.tiles_per_split * DECODE_TILE_TOKENS;
     w.end = da_min_ll(len, w.start + (long long)cut.tiles_per_split * DECODE_TILE_TOKENS);
     return true;
 }
 
 // The end of a decode CTA: merge its warps' (m_w, l_w, acc_w) from shared
-// memory (row h of warp w at w * heads_stride + h) as
+// memory (row h of warp w at w * HEADS + h) as
 //   M = max m_w, L = sum l_w 2^(m_w - M), A = sum acc_w 2^(m_w - M),
 // then write out = A / L (unsplit; NaN for a bad sequence) or the split's
 // partial row (A, M, L; a bad sequence poisons L with NaN).
-template <typename T, int HEAD_DIM, int WARPS>
+//
+// Two short steps, not one loop over the outputs: a thread per head turns
+// the warps' maxima into weights (1 / L folded in when unsplit), then every
+// thread sums float4 columns in a fixed number of rounds. At small KV a CTA
+// spends as long here as in its main loop: the per-output loop this replaced
+// (a max, WARPS exponentials and a division per element, one trip after
+// another) took 1.3-1.5 us per CTA on the H200 (kernels/cuda/probe/timeline.cu).
+template <typename T, int HEAD_DIM, int WARPS, int HEADS>
 DA_DEVICE void store_cta_state(const DecodeParams& p, const float* warp_m, const float* warp_l, const float* warp_acc,
-                               int heads_stride, int num_heads, int b, int head0, int split, int bad) {
+                               float* weight, int num_heads, int b, int head0, int split, int bad) {
+    static_assert(HEAD_DIM % 4 == 0, "rows are whole float4");
     const bool unsplit = p.num_splits == 1;
-    for (int i = threadIdx.x; i < num_heads * HEAD_DIM; i += DECODE_THREADS) {
-        const int h = i / HEAD_DIM;
-        const int d = i % HEAD_DIM;
+    const int tid = threadIdx.x;
+    // weight: [HEADS][WARPS] in shared memory.
+    if (tid < num_heads) {
+        const int h = tid;
         float big_m = da_neg_inf();
 #pragma unroll
-        for (int w = 0; w < WARPS; ++w) big_m = fmaxf(big_m, warp_m[w * heads_stride + h]);
-        float big_l = 0.f, a = 0.f;
-        if (big_m != da_neg_inf()) {
+        for (int w = 0; w < WARPS; ++w) big_m = fmaxf(big_m, warp_m[w * HEADS + h]);
+        float scale[WARPS];
+        float big_l = 0.f;
 #pragma unroll
-            for (int w = 0; w < WARPS; ++w) {
-                const float scale = da_exp2(warp_m[w * heads_stride + h] - big_m);
-                big_l = fmaf(warp_l[w * heads_stride + h], scale, big_l);
-                a = fmaf(warp_acc[(w * heads_stride + h) * HEAD_DIM + d], scale, a);
-            }
+        for (int w = 0; w < WARPS; ++w) {
+            scale[w] = big_m == da_neg_inf() ? 0.f : da_exp2(warp_m[w * HEADS + h] - big_m);
+            big_l = fmaf(warp_l[w * HEADS + h], scale[w], big_l);
         }
+        // L = 0 (no token) gives zeros.
+        const float fold = unsplit ? (big_l == 0.f ? 0.f : 1.f / big_l) : 1.f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) weight[h * WARPS + w] = scale[w] * fold;
+        if (!unsplit) {
+            const long long row_index = ((long long)b * p.num_q_heads + head0 + h) * p.num_splits + split;
+            p.partial_ml[2 * row_index] = bad ? 0.f : big_m;
+            p.partial_ml[2 * row_index + 1] = bad ? da_nan() : big_l;
+        }
+    }
+    __syncthreads();
+    constexpr int VECS = HEAD_DIM / 4;  // float4 columns of a head
+    constexpr int ROUNDS = da_cdiv(HEADS * VECS, DECODE_THREADS);
+#pragma unroll
+    for (int r = 0; r < ROUNDS; ++r) {
+        const int i = tid + r * DECODE_THREADS;
+        const int h = i / VECS;
+        if (h >= num_heads) continue;
+        const int d = (i % VECS) * 4;
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            const float4 acc = *reinterpret_cast<const float4*>(warp_acc + (w * HEADS + h) * HEAD_DIM + d);
+            const float s = weight[h * WARPS + w];
+            a.x = fmaf(acc.x, s, a.x);
+            a.y = fmaf(acc.y, s, a.y);
+            a.z = fmaf(acc.z, s, a.z);
+            a.w = fmaf(acc.w, s, a.w);
+        }
+        if (bad) a = make_float4(da_nan(), da_nan(), da_nan(), da_nan());
         const long long q_head = (long long)b * p.num_q_heads + head0 + h;
         if (unsplit) {
-            const float value = bad ? da_nan() : big_l == 0.f ? 0.f : a / big_l;
-            Elem<T>::store(p.out, q_head * HEAD_DIM + d, value);
+            Elem<T>::store(p.out, q_head * HEAD_DIM + d, a.x);
+            Elem<T>::store(p.out, q_head * HEAD_DIM + d + 1, a.y);
+            Elem<T>::store(p.out, q_head * HEAD_DIM + d + 2, a.z);
+            Elem<T>::store(p.out, q_head * HEAD_DIM + d + 3, a.w);
         } else {
-            const long long row_index = q_head * p.num_splits + split;
-            p.partial_acc[row_index * HEAD_DIM + d] = bad ? da_nan() : a;
-            if (d == 0) {
-                p.partial_ml[2 * row_index] = bad ? 0.f : big_m;
-                p.partial_ml[2 * row_index + 1] = bad ? da_nan() : big_l;
-            }
+            *reinterpret_cast<float4*>(p.partial_acc + (q_head * p.num_splits + split) * HEAD_DIM + d) = a;
         }
     }
 }
@@ -172,6 +208,7 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
     __shared__ float warp_m[G::WARPS][HEADS];
     __shared__ float warp_l[G::WARPS][HEADS];
     __shared__ __align__(16) float warp_acc[G::WARPS][HEADS][HEAD_DIM];
+    __shared__ float warp_weight[HEADS][G::WARPS];
 
     CtaWork work;
     if (!cta_work<HEADS>(p, work)) return;
@@ -392,61 +429,37 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
     }
     bad = da_syncthreads_or(bad);
 
-    store_cta_state<T, HEAD_DIM, G::WARPS>(p, &warp_m[0][0], &warp_l[0][0], &warp_acc[0][0][0], HEADS, num_heads, b,
-                                           head0, split, bad);
+    store_cta_state<T, HEAD_DIM, G::WARPS, HEADS>(p, &warp_m[0][0], &warp_l[0][0], &warp_acc[0][0][0], &warp_weight[0][0],
+                                                  num_heads, b, head0, split, bad);
 }
 
 // The split reducer: one CTA of DECODE_REDUCE_THREADS per (sequence, query
 // head) merges the rows of the active splits with one division; no active
-// split (s = 0) gives zeros. The splits' weights are computed in parallel,
-// one thread per row, and the rows are summed by several split lanes at once
+// split (s = 0) gives zeros. Every warp folds the splits' (m, l) into M and
+// L with shuffles, and the rows are summed by several split lanes at once
 // (see the body), so a reduce over hundreds of splits costs a few rounds of
 // loads, not hundreds. Launched programmatically on sm_90 (see
 // da_wait_for_producer), its CTAs are resident before the decode grid ends.
 #define DECODE_REDUCE_THREADS 256
-
-template <int THREADS>
-DA_DEVICE float da_block_max(float v, float* scratch) {
-#pragma unroll
-    for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) v = fmaxf(v, da_shfl_xor(v, o));
-    if (threadIdx.x % DA_WARP_SIZE == 0) scratch[threadIdx.x / DA_WARP_SIZE] = v;
-    __syncthreads();
-    float all = scratch[0];
-#pragma unroll
-    for (int w = 1; w < THREADS / DA_WARP_SIZE; ++w) all = fmaxf(all, scratch[w]);
-    __syncthreads();
-    return all;
-}
-
-template <int THREADS>
-DA_DEVICE float da_block_sum(float v, float* scratch) {
-#pragma unroll
-    for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) v += da_shfl_xor(v, o);
-    if (threadIdx.x % DA_WARP_SIZE == 0) scratch[threadIdx.x / DA_WARP_SIZE] = v;
-    __syncthreads();
-    float all = 0.f;
-#pragma unroll
-    for (int w = 0; w < THREADS / DA_WARP_SIZE; ++w) all += scratch[w];
-    __syncthreads();
-    return all;
-}
 
 template <typename T, int HEAD_DIM>
 DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     // Thread (split lane, column group): 4 head dims of the rows j = split
     // lane (mod SPLIT_LANES), so a reduce over hundreds of splits keeps
     // SPLIT_LANES * UNROLL rows in flight instead of walking them one by one.
-    // The first UNROLL rows of each lane are loaded before the weights are
-    // known (they do not depend on them): at small split counts the whole
-    // reduce is then one round of loads, not two.
+    // After the wait, one round of loads: each lane's first UNROLL rows with
+    // their maxima, and the (m, l) pairs that every warp folds by itself
+    // into M and L with shuffles; so the only barrier is the one before the
+    // split lanes' sums are added. (A version with block-wide max and sum
+    // spent about 1.3 us from the wait to the store at 16-32 splits:
+    // kernels/cuda/probe/timeline.cu.)
     constexpr int THREADS = DECODE_REDUCE_THREADS;
     constexpr int ROW_VECS = HEAD_DIM / 4;  // float4 per partial row
     constexpr int SPLIT_LANES = THREADS / ROW_VECS > 0 ? THREADS / ROW_VECS : 1;
     constexpr int UNROLL = 8;
     static_assert(HEAD_DIM % 4 == 0, "rows are whole float4");
-    __shared__ float weight[DECODE_MAX_SPLITS];
-    __shared__ float scratch[THREADS / DA_WARP_SIZE];
     __shared__ __align__(16) float lane_sum[SPLIT_LANES][HEAD_DIM];
+    DA_STAMP(1, 0);
     const int b = blockIdx.x;
     const int head = blockIdx.y;
     const long long q_head = (long long)b * p.num_q_heads + head;
@@ -456,34 +469,40 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
         return;
     }
     const int active = (int)split_rule(p, seq.len).active_splits;
+    DA_STAMP(1, 1);
     da_wait_for_producer();  // the partial rows are not
+    DA_STAMP(1, 2);
     const float4* acc = reinterpret_cast<const float4*>(p.partial_acc + q_head * p.num_splits * HEAD_DIM);
+    const float* ml = p.partial_ml + 2 * q_head * p.num_splits;
     const int vec = threadIdx.x % ROW_VECS;
     const int split_lane = threadIdx.x / ROW_VECS;
+    const int lane = threadIdx.x % DA_WARP_SIZE;
     const bool summing = split_lane < SPLIT_LANES;
     float4 first[UNROLL];
+    float first_m[UNROLL];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
         const int j = split_lane + u * SPLIT_LANES;
-        first[u] = summing && j < active ? acc[(long long)j * ROW_VECS + vec] : make_float4(0.f, 0.f, 0.f, 0.f);
+        const bool row = summing && j < active;
+        first[u] = row ? acc[(long long)j * ROW_VECS + vec] : make_float4(0.f, 0.f, 0.f, 0.f);
+        first_m[u] = row ? ml[2 * j] : 0.f;
     }
-    const float* ml = p.partial_ml + 2 * q_head * p.num_splits;
+    // M and L over all active splits, in every warp.
     float big_m = da_neg_inf();
-    for (int j = threadIdx.x; j < active; j += THREADS) big_m = fmaxf(big_m, ml[2 * j]);
-    big_m = da_block_max<THREADS>(big_m, scratch);
+    for (int j = lane; j < active; j += DA_WARP_SIZE) big_m = fmaxf(big_m, ml[2 * j]);
+#pragma unroll
+    for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) big_m = fmaxf(big_m, da_shfl_xor(big_m, o));
     float big_l = 0.f;
-    for (int j = threadIdx.x; j < active; j += THREADS) {
-        const float w = da_exp2(ml[2 * j] - big_m);
-        weight[j] = w;
-        big_l += ml[2 * j + 1] * w;
-    }
-    big_l = da_block_sum<THREADS>(big_l, scratch);  // also orders the weight writes before the reads below
+    for (int j = lane; j < active; j += DA_WARP_SIZE) big_l = fmaf(ml[2 * j + 1], da_exp2(ml[2 * j] - big_m), big_l);
+#pragma unroll
+    for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) big_l += da_shfl_xor(big_l, o);
+    DA_STAMP(1, 3);
     if (summing) {
         float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const int j = split_lane + u * SPLIT_LANES;
-            const float w = j < active ? weight[j] : 0.f;
+            const float w = j < active ? da_exp2(first_m[u] - big_m) : 0.f;
             a.x = fmaf(first[u].x, w, a.x);
             a.y = fmaf(first[u].y, w, a.y);
             a.z = fmaf(first[u].z, w, a.z);
@@ -492,25 +511,23 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
 #pragma unroll 8
         for (int j = split_lane + UNROLL * SPLIT_LANES; j < active; j += SPLIT_LANES) {
             const float4 row = acc[(long long)j * ROW_VECS + vec];
-            const float w = weight[j];
+            const float w = da_exp2(ml[2 * j] - big_m);
             a.x = fmaf(row.x, w, a.x);
             a.y = fmaf(row.y, w, a.y);
             a.z = fmaf(row.z, w, a.z);
             a.w = fmaf(row.w, w, a.w);
         }
-        lane_sum[split_lane][4 * vec] = a.x;
-        lane_sum[split_lane][4 * vec + 1] = a.y;
-        lane_sum[split_lane][4 * vec + 2] = a.z;
-        lane_sum[split_lane][4 * vec + 3] = a.w;
+        *reinterpret_cast<float4*>(&lane_sum[split_lane][4 * vec]) = a;
     }
     __syncthreads();
     for (int d = threadIdx.x; d < HEAD_DIM; d += THREADS) {
         float a = 0.f;
 #pragma unroll
-        for (int lane = 0; lane < SPLIT_LANES; ++lane) a += lane_sum[lane][d];
+        for (int l = 0; l < SPLIT_LANES; ++l) a += lane_sum[l][d];
         // `== 0` and not `> 0`: a NaN sum (a poisoned row) must stay NaN.
         Elem<T>::store(p.out, q_head * HEAD_DIM + d, big_l == 0.f ? 0.f : a / big_l);
     }
+    DA_STAMP(1, 4);
 }
 
 #define DA_STREAM_ENTRIES_HEADS(T, TNAME, D, HEADS, MIN_BLOCKS)                                                   \

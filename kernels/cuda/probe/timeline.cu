@@ -1,0 +1,267 @@
+// timeline.cu: where the time of one decode call goes, phase by phase.
+//
+// Builds decode.cu with DA_TIMELINE, so that thread 0 of every CTA writes
+// %globaltimer at the DA_STAMP points of the tensor-core kernel and the split
+// reducer:
+//   decode  0 entry, 1 split known (length read), 2 first tiles' copies
+//           issued (block-table entries read), 3 first tile landed, 4 last
+//           tile landed, 5 warps merged, 6 state stored
+//   reduce  0 entry, 1 length read, 2 after griddepcontrol.wait, 3 weights'
+//           max known (partial (m, l) read), 4 output stored
+// and runs each shape as the CUDA backend and `decode-attn bench` do: a CUDA
+// graph of one call per KV copy (cycling over >= 512 MiB, at most 64
+// copies), the reducer launched programmatically. Prints the per-call time,
+// then for the last call of the last replay each phase's earliest, median
+// and latest time over the CTAs, relative to the decode grid's first entry,
+// and where the previous call ended.
+//
+// Not part of the library or CI. On the GPU machine:
+//   nvcc -O3 -std=c++17 -arch=sm_90a -I kernels/cuda -o timeline kernels/cuda/probe/timeline.cu && ./timeline
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "decode_params.h"
+
+constexpr int MAX_CALLS = 64;
+constexpr int MAX_CTAS = 8192;
+constexpr int EVENTS = 8;
+// [call][grid][cta][event]; the call is found from the K pointer. In
+// constant memory: a stamp must not wait on a global load (a first version
+// read these from global memory and added a round trip to every phase).
+struct Timeline {
+    unsigned long long* stamps;
+    const char* k_base;
+    double inv_pool_bytes;
+    int on;
+};
+__constant__ Timeline da_timeline;
+
+__device__ __forceinline__ void da_timeline_stamp(const DecodeParams& p, int grid, int event) {
+    if (threadIdx.x != 0 || !da_timeline.on) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    const long long call =
+        (long long)((double)(reinterpret_cast<const char*>(p.k_cache) - da_timeline.k_base) * da_timeline.inv_pool_bytes + 0.5);
+    const long long cta = blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
+    if (call < 0 || call >= MAX_CALLS || cta >= MAX_CTAS) return;
+    da_timeline.stamps[((call * 2 + grid) * MAX_CTAS + cta) * EVENTS + event] = t;
+}
+
+#define DA_TIMELINE 1
+#include "decode.cu"
+
+#define CK(x)                                                                                   \
+    do {                                                                                        \
+        cudaError_t e_ = (x);                                                                   \
+        if (e_ != cudaSuccess) {                                                                \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));  \
+            exit(1);                                                                            \
+        }                                                                                       \
+    } while (0)
+
+struct Shape {
+    const char* model;
+    int num_seqs, num_kv_heads, group, seq_len, num_splits;
+};
+
+static const size_t MIB = 1 << 20;
+
+int main() {
+    const Shape shapes[] = {
+        {"llama3-70b-tp8", 1, 1, 8, 1024, 32},   {"llama3-70b-tp8", 1, 1, 8, 1024, 16},
+        {"llama3-70b-tp8", 1, 1, 8, 1024, 1},    {"llama3-8b", 1, 8, 4, 1024, 16},
+        {"llama3-8b", 1, 8, 4, 16384, 32},       {"llama3-8b", 64, 8, 4, 1024, 1},
+        {"llama3-70b-tp8", 4, 1, 8, 65536, 66},  {"llama3-70b-tp8", 1, 1, 8, 65536, 128},
+    };
+    constexpr int D = 128;
+    auto kernel = decode_mma_bf16_d128;
+    auto reducer = decode_stream_reduce_bf16_d128;
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DECODE_MMA_RING_BYTES));
+    unsigned long long* timeline;
+    const size_t timeline_words = (size_t)MAX_CALLS * 2 * MAX_CTAS * EVENTS;
+    CK(cudaMalloc(&timeline, timeline_words * 8));
+    Timeline tl{timeline, nullptr, 0.0, 0};
+    // TIMELINE_COPIES=n: cycle over n KV copies instead of >= 512 MiB (1: KV stays in L2).
+    const int copies_override = getenv("TIMELINE_COPIES") ? atoi(getenv("TIMELINE_COPIES")) : 0;
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    std::mt19937_64 rng(7);
+
+    for (const Shape& s : shapes) {
+        const int num_q_heads = s.num_kv_heads * s.group;
+        const int block = 16;
+        const int blocks_per_seq = (s.seq_len + block - 1) / block;
+        const long long num_blocks = (long long)s.num_seqs * blocks_per_seq;
+        const long long num_slots = num_blocks * block;
+        const size_t pool_bytes = (size_t)num_slots * s.num_kv_heads * D * 2;  // K or V
+        const size_t kv_bytes = 2 * pool_bytes;
+        int calls = (int)std::min<size_t>(MAX_CALLS, std::max<size_t>(1, (512 * MIB + kv_bytes - 1) / kv_bytes));
+        if (copies_override > 0) calls = std::min(copies_override, MAX_CALLS);
+        // K copies then V copies, each copy pool_bytes apart (the stamp finds the call from K).
+        char *k_all, *v_all;
+        CK(cudaMalloc(&k_all, pool_bytes * calls));
+        CK(cudaMalloc(&v_all, pool_bytes * calls));
+        CK(cudaMemset(k_all, 0x3c, pool_bytes * calls));
+        CK(cudaMemset(v_all, 0x3c, pool_bytes * calls));
+        tl.k_base = k_all;
+        tl.inv_pool_bytes = 1.0 / (double)pool_bytes;
+        tl.on = 0;  // timed without stamps first
+        CK(cudaMemcpyToSymbol(da_timeline, &tl, sizeof(tl)));
+        std::vector<int> table(num_blocks);
+        std::iota(table.begin(), table.end(), 0);
+        std::shuffle(table.begin(), table.end(), rng);
+        std::vector<int> lens(s.num_seqs, s.seq_len);
+        int *d_table, *d_lens;
+        void *q, *out;
+        float *pacc, *pml;
+        CK(cudaMalloc(&d_table, num_blocks * 4));
+        CK(cudaMalloc(&d_lens, s.num_seqs * 4));
+        CK(cudaMemcpy(d_table, table.data(), num_blocks * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d_lens, lens.data(), s.num_seqs * 4, cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&q, (size_t)s.num_seqs * num_q_heads * D * 2));
+        CK(cudaMalloc(&out, (size_t)s.num_seqs * num_q_heads * D * 2));
+        CK(cudaMemset(q, 0x3c, (size_t)s.num_seqs * num_q_heads * D * 2));
+        const size_t rows = (size_t)s.num_seqs * num_q_heads * s.num_splits;
+        CK(cudaMalloc(&pacc, rows * D * 4));
+        CK(cudaMalloc(&pml, rows * 2 * 4));
+
+        const int head_groups = (s.group + DECODE_MMA_HEADS - 1) / DECODE_MMA_HEADS;
+        const dim3 grid(s.num_seqs, s.num_kv_heads * head_groups, s.num_splits);
+        const int ctas = grid.x * grid.y * grid.z;
+        const int reduce_ctas = s.num_seqs * num_q_heads;
+        if (ctas > MAX_CTAS || reduce_ctas > MAX_CTAS) {
+            fprintf(stderr, "shape over MAX_CTAS\n");
+            return 1;
+        }
+        auto record_call = [&](int call) {
+            DecodeParams p;
+            memset(&p, 0, sizeof(p));
+            p.q = q;
+            p.k_cache = k_all + (size_t)call * pool_bytes;
+            p.v_cache = v_all + (size_t)call * pool_bytes;
+            p.out = out;
+            p.seq_lens = d_lens;
+            p.block_table = d_table;
+            p.partial_acc = s.num_splits > 1 ? pacc : nullptr;
+            p.partial_ml = s.num_splits > 1 ? pml : nullptr;
+            p.num_slots = num_slots;
+            p.num_seqs = s.num_seqs;
+            p.num_q_heads = num_q_heads;
+            p.num_kv_heads = s.num_kv_heads;
+            p.layout = DECODE_LAYOUT_BLOCK_TABLE;
+            p.block_size = block;
+            p.max_blocks_per_seq = blocks_per_seq;
+            p.num_splits = s.num_splits;
+            p.min_tiles_per_split = 1;
+            p.scale_log2 = 0.0883883476f * 1.4426950409f;
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = grid;
+            cfg.blockDim = dim3(DECODE_THREADS);
+            cfg.dynamicSmemBytes = DECODE_MMA_RING_BYTES;
+            cfg.stream = stream;
+            CK(cudaLaunchKernelEx(&cfg, kernel, p));
+            if (s.num_splits > 1) {
+                cudaLaunchConfig_t rc = {};
+                cudaLaunchAttribute attr[1];
+                attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                attr[0].val.programmaticStreamSerializationAllowed = 1;
+                rc.gridDim = dim3(s.num_seqs, num_q_heads);
+                rc.blockDim = dim3(DECODE_REDUCE_THREADS);
+                rc.stream = stream;
+                rc.attrs = attr;
+                rc.numAttrs = 1;
+                CK(cudaLaunchKernelEx(&rc, reducer, p));
+            }
+        };
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        for (int c = 0; c < calls; ++c) record_call(c);
+        CK(cudaStreamEndCapture(stream, &graph));
+        CK(cudaGraphInstantiate(&exec, graph, 0));
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, stream));
+        const int reps = std::max(3, 2000 / calls);
+        CK(cudaEventRecord(e0, stream));
+        for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(exec, stream));
+        CK(cudaEventRecord(e1, stream));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        const double us = ms * 1000.0 / ((double)reps * calls);
+        printf("\n%s B=%d s=%d splits=%d: %.2f us per call (%d calls per graph, %d decode CTAs, %d reducer CTAs), "
+               "%.2f TB/s\n",
+               s.model, s.num_seqs, s.seq_len, s.num_splits, us, calls, ctas, s.num_splits > 1 ? reduce_ctas : 0,
+               kv_bytes / (us * 1e-6) / 1e12);
+
+        // Replays with stamps on: time them too, then keep the last replay's
+        // stamps (read the last call and the one before).
+        tl.on = 1;
+        CK(cudaMemcpyToSymbol(da_timeline, &tl, sizeof(tl)));
+        CK(cudaEventRecord(e0, stream));
+        for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(exec, stream));
+        CK(cudaEventRecord(e1, stream));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        printf("  with stamps: %.2f us per call\n", ms * 1000.0 / ((double)reps * calls));
+        CK(cudaMemset(timeline, 0, timeline_words * 8));
+        CK(cudaGraphLaunch(exec, stream));
+        CK(cudaStreamSynchronize(stream));
+        std::vector<unsigned long long> stamps(timeline_words);
+        CK(cudaMemcpy(stamps.data(), timeline, timeline_words * 8, cudaMemcpyDeviceToHost));
+        auto at = [&](int call, int g, int cta, int ev) {
+            return stamps[(((size_t)call * 2 + g) * MAX_CTAS + cta) * EVENTS + ev];
+        };
+        const int last = calls - 1;
+        unsigned long long t0 = ~0ull;
+        for (int c = 0; c < ctas; ++c)
+            if (at(last, 0, c, 0)) t0 = std::min(t0, at(last, 0, c, 0));
+        auto summary = [&](int call, int g, int ev, int n, const char* name) {
+            std::vector<double> v;
+            for (int c = 0; c < n; ++c)
+                if (at(call, g, c, ev)) v.push_back(((double)at(call, g, c, ev) - (double)t0) / 1000.0);
+            if (v.empty()) return;
+            std::sort(v.begin(), v.end());
+            printf("  %-34s n=%5zu  first %7.2f  median %7.2f  last %7.2f us\n", name, v.size(), v.front(), v[v.size() / 2],
+                   v.back());
+        };
+        if (calls > 1) {
+            if (s.num_splits > 1)
+                summary(last - 1, 1, 4, reduce_ctas, "previous call: reducer stored");
+            else
+                summary(last - 1, 0, 6, ctas, "previous call: decode stored");
+        }
+        const char* decode_names[] = {"decode: entry",           "decode: split known",   "decode: first copies issued",
+                                      "decode: first tile landed", "decode: last tile landed", "decode: warps merged",
+                                      "decode: state stored"};
+        for (int ev = 0; ev < 7; ++ev) summary(last, 0, ev, ctas, decode_names[ev]);
+        if (s.num_splits > 1) {
+            const char* reduce_names[] = {"reduce: entry", "reduce: length read", "reduce: after wait", "reduce: (m, l) read",
+                                          "reduce: output stored"};
+            for (int ev = 0; ev < 5; ++ev) summary(last, 1, ev, reduce_ctas, reduce_names[ev]);
+        }
+        // The timer's granularity: the smallest nonzero gap between sorted entry stamps.
+        std::vector<unsigned long long> entries;
+        for (int c = 0; c < ctas; ++c)
+            if (at(last, 0, c, 0)) entries.push_back(at(last, 0, c, 0));
+        std::sort(entries.begin(), entries.end());
+        unsigned long long grain = ~0ull;
+        for (size_t i = 1; i < entries.size(); ++i)
+            if (entries[i] > entries[i - 1]) grain = std::min(grain, entries[i] - entries[i - 1]);
+        if (grain != ~0ull) printf("  (timer step seen: %llu ns)\n", grain);
+
+        CK(cudaGraphExecDestroy(exec));
+        CK(cudaGraphDestroy(graph));
+        for (void* ptr : {(void*)k_all, (void*)v_all, (void*)d_table, (void*)d_lens, q, out, (void*)pacc, (void*)pml})
+            CK(cudaFree(ptr));
+    }
+    return 0;
+}
