@@ -178,7 +178,16 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     long long row_bytes[G::COPIES];
 #pragma unroll
     for (int i = 0; i < G::COPIES; ++i) row_bytes[i] = (long long)(copy_row + G::ROWS_PER_COPY * i) * slot_bytes;
-    auto locate = [&](long long first) {
+    // The block-table entry of the tile starting at `first` (block-table
+    // layout; 0 for a dead tile or the token layout). Loaded a step before
+    // `locate` needs it, and all of the prologue's at once: each cp.async
+    // below is a compiler barrier, so a load placed after one waits for the
+    // round trip before the next tile's copies can start (the timeline probe
+    // showed the prologue's stages issued one L2 round trip apart).
+    auto entry = [&](long long first) {
+        return block_table && first < end ? load_raw_index(p, index, (int)first) : 0;
+    };
+    auto locate = [&](long long first, int raw) {
         const long long left = end - first;
         const int rows_live = left <= 0 ? 0 : left >= TILE ? TILE : (int)left;
         Offsets at;
@@ -186,10 +195,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
         if (block_table) {
             // The tile's rows are consecutive slots of one kernel block.
             long long slot0 = -1;
-            if (rows_live > 0) {
-                const int raw = load_raw_index(p, index, (int)first);
-                slot0 = raw < 0 ? -1 : (long long)raw * p.block_size + (int)first % p.block_size;
-            }
+            if (rows_live > 0) slot0 = raw < 0 ? -1 : (long long)raw * p.block_size + (int)first % p.block_size;
             // Rows at or past `rows_ok` fall outside the pool.
             const long long rows_ok = slot0 < 0 ? 0 : da_min_ll(p.num_slots - slot0, TILE);
             const long long tile_bytes = slot0 * slot_bytes;
@@ -321,10 +327,14 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     // Pipeline over the warp's tiles (stride `step`), as in the stream kernel.
     const long long step = (long long)G::WARPS * TILE;
     const long long first = start + (long long)warp * TILE;
+    int entries[G::STAGES + 1];
 #pragma unroll
-    for (int stage = 0; stage < G::STAGES - 1; ++stage) issue(locate(first + stage * step), stage);
+    for (int stage = 0; stage <= G::STAGES; ++stage) entries[stage] = entry(first + stage * step);
+#pragma unroll
+    for (int stage = 0; stage < G::STAGES - 1; ++stage) issue(locate(first + stage * step, entries[stage]), stage);
     DA_STAMP(0, 2);
-    Offsets next = locate(first + (G::STAGES - 1) * step);
+    Offsets next = locate(first + (G::STAGES - 1) * step, entries[G::STAGES - 1]);
+    int next_entry = entries[G::STAGES];  // of the tile after `next`
     int stage = 0;
     for (long long it = first; it < end; it += step) {
         da_cp_async_wait<G::STAGES - 2>();  // this lane's copies of this tile have landed
@@ -333,7 +343,8 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
         // last iteration, which is refilled now.
         da_syncwarp();
         issue(next, stage == 0 ? G::STAGES - 1 : stage - 1);
-        next = locate(it + G::STAGES * step);
+        next = locate(it + G::STAGES * step, next_entry);
+        next_entry = entry(it + (G::STAGES + 1) * step);
         consume(stage, it);
         stage = stage + 1 == G::STAGES ? 0 : stage + 1;
     }

@@ -264,8 +264,12 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
     // they share one block: one table entry per iteration, not one per token.
     static_assert(16 % G::TOKENS_PER_ITER == 0, "an iteration stays inside one 16-token tile");
     const bool block_table = p.layout == DECODE_LAYOUT_BLOCK_TABLE;
-    auto locate = [&](long long first, long long (&offset)[U]) {
-        const int block = block_table && first < end ? load_raw_index(p, index, (int)first) : 0;
+    // The block-table entry of an iteration is loaded a step before `locate`
+    // needs it (all of the prologue's at once), as in the mma kernel.
+    auto entry = [&](long long first) {
+        return block_table && first < end ? load_raw_index(p, index, (int)first) : 0;
+    };
+    auto locate = [&](long long first, int block, long long (&offset)[U]) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const long long t = first + u * G::ROWS_PER_LOAD + row;
@@ -371,13 +375,17 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
     const long long first = start + (long long)warp * G::TOKENS_PER_ITER;
     long long offset[U];
     unsigned valid_bits = 0;  // U bits per stage
+    int entries[DECODE_STREAM_STAGES + 1];
+#pragma unroll
+    for (int stage = 0; stage <= DECODE_STREAM_STAGES; ++stage) entries[stage] = entry(first + stage * step);
 #pragma unroll
     for (int stage = 0; stage < DECODE_STREAM_STAGES - 1; ++stage) {
-        locate(first + stage * step, offset);
+        locate(first + stage * step, entries[stage], offset);
         issue(offset, stage);
         valid_bits |= live(offset) << (stage * U);
     }
-    locate(first + (DECODE_STREAM_STAGES - 1) * step, offset);
+    locate(first + (DECODE_STREAM_STAGES - 1) * step, entries[DECODE_STREAM_STAGES - 1], offset);
+    int next_entry = entries[DECODE_STREAM_STAGES];  // of the iteration after the located one
     int stage = 0;
     for (long long it = first; it < end; it += step) {
         da_cp_async_wait<DECODE_STREAM_STAGES - 2>();  // this iteration's group has landed
@@ -386,7 +394,8 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
         const int refill = stage == 0 ? DECODE_STREAM_STAGES - 1 : stage - 1;
         issue(offset, refill);
         valid_bits = (valid_bits & ~(ROW_BITS << (refill * U))) | (live(offset) << (refill * U));
-        locate(it + DECODE_STREAM_STAGES * step, offset);
+        locate(it + DECODE_STREAM_STAGES * step, next_entry, offset);
+        next_entry = entry(it + (DECODE_STREAM_STAGES + 1) * step);
         uint4 k_raw[U][CPL], v_raw[U][CPL];
 #pragma unroll
         for (int u = 0; u < U; ++u)
@@ -471,6 +480,10 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     const int active = (int)split_rule(p, seq.len).active_splits;
     DA_STAMP(1, 1);
     da_wait_for_producer();  // the partial rows are not
+    // The kernel after this one may launch now: if it was launched
+    // programmatically it waits (griddepcontrol.wait) for this grid to finish
+    // before it reads anything, so only its launch overlaps the reduce.
+    da_launch_dependents();
     DA_STAMP(1, 2);
     const float4* acc = reinterpret_cast<const float4*>(p.partial_acc + q_head * p.num_splits * HEAD_DIM);
     const float* ml = p.partial_ml + 2 * q_head * p.num_splits;
