@@ -89,6 +89,8 @@ DA_DEVICE void da_cp_async_wait() {
 
 
 DA_DEVICE uint4 da_ldg16(const void* ptr) { return __ldg(reinterpret_cast<const uint4*>(ptr)); }
+// The position of the lowest set bit, from 1; 0 for x = 0.
+DA_DEVICE int da_ffs(int x) { return __ffs(x); }
 
 // bf16 / f16 <-> f32 without cuda_bf16.h / cuda_fp16.h.
 DA_DEVICE float da_bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
@@ -343,6 +345,21 @@ DA_DEVICE const int* index_row(const DecodeParams& p, int b, const SeqInfo& s) {
 // The raw entry of token tok (0 <= tok < len): a block id (layout 0) or a slot (layout 1).
 DA_DEVICE int load_raw_index(const DecodeParams& p, const int* row, int tok) {
     return __ldg(row + (p.layout == DECODE_LAYOUT_BLOCK_TABLE ? tok / p.block_size : tok));
+}
+
+// tok / block_size and tok % block_size (tok >= 0, block_size > 0), as a
+// shift and a mask when the caller knows the block size is a power of two.
+// A division by a run-time divisor is about 20 dependent instructions; the
+// tensor-core kernel's prologue did 14 of them before its first KV copy.
+template <bool POW2_BLOCKS>
+DA_DEVICE int block_of(int tok, int block_size) {
+    if constexpr (POW2_BLOCKS) return tok >> (da_ffs(block_size) - 1);
+    else return tok / block_size;
+}
+template <bool POW2_BLOCKS>
+DA_DEVICE int offset_in_block(int tok, int block_size) {
+    if constexpr (POW2_BLOCKS) return tok & (block_size - 1);
+    else return tok % block_size;
 }
 
 // The byte offset (slot * slot_bytes) of token tok from its raw entry, or -1 (raising

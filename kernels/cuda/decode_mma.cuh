@@ -117,7 +117,9 @@ struct MmaGeometry {
     DA_DEVICE static int v_swizzle(int row, int chunk) { return chunk ^ (((row >> 1) & 3) << 1); }
 };
 
-template <typename T, int HEAD_DIM>
+// POW2_BLOCKS: the block size is a power of two (or there is no block
+// table), so the table position of a token is a shift and a mask.
+template <typename T, int HEAD_DIM, bool POW2_BLOCKS>
 DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     using G = MmaGeometry<HEAD_DIM>;
     using M = MmaElem<T>;
@@ -185,7 +187,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     // round trip before the next tile's copies can start (the timeline probe
     // showed the prologue's stages issued one L2 round trip apart).
     auto entry = [&](long long first) {
-        return block_table && first < end ? load_raw_index(p, index, (int)first) : 0;
+        return block_table && first < end ? __ldg(index + block_of<POW2_BLOCKS>((int)first, p.block_size)) : 0;
     };
     auto locate = [&](long long first, int raw) {
         const long long left = end - first;
@@ -195,7 +197,8 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
         if (block_table) {
             // The tile's rows are consecutive slots of one kernel block.
             long long slot0 = -1;
-            if (rows_live > 0) slot0 = raw < 0 ? -1 : (long long)raw * p.block_size + (int)first % p.block_size;
+            if (rows_live > 0 && raw >= 0)
+                slot0 = (long long)raw * p.block_size + offset_in_block<POW2_BLOCKS>((int)first, p.block_size);
             // Rows at or past `rows_ok` fall outside the pool.
             const long long rows_ok = slot0 < 0 ? 0 : da_min_ll(p.num_slots - slot0, TILE);
             const long long tile_bytes = slot0 * slot_bytes;
@@ -395,5 +398,8 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
 
 #define DA_MMA_ENTRY(T, TNAME, D)                                                                                  \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_mma_##TNAME##_d##D(const DecodeParams p) { \
-        decode_mma_body<T, D>(p);                                                                                  \
+        if (p.layout != DECODE_LAYOUT_BLOCK_TABLE || (p.block_size & (p.block_size - 1)) == 0)                    \
+            decode_mma_body<T, D, true>(p);                                                                        \
+        else                                                                                                       \
+            decode_mma_body<T, D, false>(p);                                                                       \
     }

@@ -109,6 +109,8 @@ pub fn cases(sweep: Sweep) -> Vec<Case> {
     let layouts = [
         KvLayout::block_table(16),
         KvLayout::block_table(32),
+        // Not a power of two: the CUDA kernels' division path (a shift and a mask otherwise).
+        KvLayout::block_table(48),
         KvLayout::BlockTable { kernel_block_size: 16, allocator_block_size: 64 },
         KvLayout::token_indices(1),
         KvLayout::token_indices(8),
