@@ -347,21 +347,6 @@ DA_DEVICE int load_raw_index(const DecodeParams& p, const int* row, int tok) {
     return __ldg(row + (p.layout == DECODE_LAYOUT_BLOCK_TABLE ? tok / p.block_size : tok));
 }
 
-// tok / block_size and tok % block_size (tok >= 0, block_size > 0), as a
-// shift and a mask when the caller knows the block size is a power of two.
-// A division by a run-time divisor is about 20 dependent instructions; the
-// tensor-core kernel's prologue did 14 of them before its first KV copy.
-template <bool POW2_BLOCKS>
-DA_DEVICE int block_of(int tok, int block_size) {
-    if constexpr (POW2_BLOCKS) return tok >> (da_ffs(block_size) - 1);
-    else return tok / block_size;
-}
-template <bool POW2_BLOCKS>
-DA_DEVICE int offset_in_block(int tok, int block_size) {
-    if constexpr (POW2_BLOCKS) return tok & (block_size - 1);
-    else return tok % block_size;
-}
-
 // The byte offset (slot * slot_bytes) of token tok from its raw entry, or -1 (raising
 // *bad_s) if the slot falls outside the pool.
 DA_DEVICE long long resolve_offset(const DecodeParams& p, int raw, int tok, long long slot_bytes, int* bad_s) {

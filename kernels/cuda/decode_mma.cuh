@@ -117,9 +117,12 @@ struct MmaGeometry {
     DA_DEVICE static int v_swizzle(int row, int chunk) { return chunk ^ (((row >> 1) & 3) << 1); }
 };
 
-// POW2_BLOCKS: the block size is a power of two (or there is no block
-// table), so the table position of a token is a shift and a mask.
-template <typename T, int HEAD_DIM, bool POW2_BLOCKS>
+// A token's block-table position is a shift and a mask: a division by the
+// run-time block size is about 20 dependent instructions on the path to the
+// first KV copy. A second instantiation that kept the division for other
+// block sizes doubled the kernel's code and made small calls slower
+// (docs/perf-notes.md).
+template <typename T, int HEAD_DIM>
 DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     using G = MmaGeometry<HEAD_DIM>;
     using M = MmaElem<T>;
@@ -131,7 +134,13 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     if (!cta_work<HEADS>(p, work)) return;
     const int b = work.b, kv_head = work.kv_head, head0 = work.head0, num_heads = work.num_heads, split = work.split;
     const SeqInfo seq = work.seq;
-    const long long start = work.start, end = work.end;
+    // With a block table the block size must be a power of two (the host
+    // sends other sizes to the stream kernel); any other is reported as bad
+    // input and no tile is read (a shift would index past the table row).
+    const bool block_table = p.layout == DECODE_LAYOUT_BLOCK_TABLE;
+    const bool pow2_blocks = (p.block_size & (p.block_size - 1)) == 0;
+    int bad = seq.ok && (pow2_blocks || !block_table) ? 0 : 1;
+    const long long start = work.start, end = bad ? work.start : work.end;
     const int warp = threadIdx.x / DA_WARP_SIZE;
     const int lane = threadIdx.x % DA_WARP_SIZE;
     const int gid = lane / 4;  // the mma's groupID: rows of A and C, column of B
@@ -161,8 +170,8 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     const char* k_base = reinterpret_cast<const char*>(p.k_cache) + (long long)kv_head * HEAD_DIM * 2;
     const char* v_base = reinterpret_cast<const char*>(p.v_cache) + (long long)kv_head * HEAD_DIM * 2;
     const int* index = index_row(p, b, seq);
-    int bad = seq.ok ? 0 : 1;
-    const bool block_table = p.layout == DECODE_LAYOUT_BLOCK_TABLE;
+    const int block_shift = da_ffs(p.block_size) - 1;
+    const int block_mask = p.block_size - 1;
 
     // Byte offsets of the rows this lane copies of the tile starting at
     // `first` (rows lane / PITCH + ROWS_PER_COPY * i; -1: past the end, or a
@@ -187,7 +196,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     // round trip before the next tile's copies can start (the timeline probe
     // showed the prologue's stages issued one L2 round trip apart).
     auto entry = [&](long long first) {
-        return block_table && first < end ? __ldg(index + block_of<POW2_BLOCKS>((int)first, p.block_size)) : 0;
+        return block_table && first < end ? __ldg(index + ((int)first >> block_shift)) : 0;
     };
     auto locate = [&](long long first, int raw) {
         const long long left = end - first;
@@ -198,7 +207,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
             // The tile's rows are consecutive slots of one kernel block.
             long long slot0 = -1;
             if (rows_live > 0 && raw >= 0)
-                slot0 = (long long)raw * p.block_size + offset_in_block<POW2_BLOCKS>((int)first, p.block_size);
+                slot0 = (long long)raw * p.block_size + ((int)first & block_mask);
             // Rows at or past `rows_ok` fall outside the pool.
             const long long rows_ok = slot0 < 0 ? 0 : da_min_ll(p.num_slots - slot0, TILE);
             const long long tile_bytes = slot0 * slot_bytes;
@@ -398,8 +407,5 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
 
 #define DA_MMA_ENTRY(T, TNAME, D)                                                                                  \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_mma_##TNAME##_d##D(const DecodeParams p) { \
-        if (p.layout != DECODE_LAYOUT_BLOCK_TABLE || (p.block_size & (p.block_size - 1)) == 0)                    \
-            decode_mma_body<T, D, true>(p);                                                                        \
-        else                                                                                                       \
-            decode_mma_body<T, D, false>(p);                                                                       \
+        decode_mma_body<T, D>(p);                                                                                  \
     }

@@ -23,7 +23,8 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg,
 };
 use decode_attn_core::{
-    DType, DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, MergeArgs, Plan, Result,
+    DType, DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, KvLayout, MergeArgs, Plan,
+    Result,
 };
 
 use decode_attn_core::abi::{DecodeParams, MergeParams};
@@ -535,9 +536,16 @@ struct Launch {
     programmatic: bool,
 }
 
-/// Whether the tensor-core kernel has an instantiation for `problem`.
+/// Whether the tensor-core kernel takes `problem`: it has an instantiation
+/// for its element type and head dim, and a block table's kernel block size
+/// is a power of two (it locates tokens with a shift and a mask; other sizes
+/// go to the stream kernel).
 fn mma_applies(problem: &DecodeProblem) -> bool {
-    matches!(problem.dtypes.q, DType::F16 | DType::Bf16) && problem.shape.head_dim <= MMA_MAX_HEAD_DIM
+    let pow2_blocks = match problem.layout {
+        KvLayout::BlockTable { kernel_block_size, .. } => kernel_block_size.is_power_of_two(),
+        KvLayout::TokenIndices { .. } => true,
+    };
+    matches!(problem.dtypes.q, DType::F16 | DType::Bf16) && problem.shape.head_dim <= MMA_MAX_HEAD_DIM && pow2_blocks
 }
 
 fn dtype_suffix(dtype: DType) -> &'static str {
@@ -576,8 +584,8 @@ impl DecodeAttention for CudaBackend {
                 backend: BACKEND,
                 what: format!(
                     "the tensor-core kernel (DECODE_ATTN_CUDA_KERNEL=mma) takes f16 or bf16 with head_dim <= \
-                     {MMA_MAX_HEAD_DIM}, not {:?} at head_dim {}",
-                    problem.dtypes.q, problem.shape.head_dim
+                     {MMA_MAX_HEAD_DIM} and power-of-two kernel block sizes, not {:?} at head_dim {} with {:?}",
+                    problem.dtypes.q, problem.shape.head_dim, problem.layout
                 ),
             });
         }
@@ -777,5 +785,26 @@ impl DecodeAttention for CudaBackend {
         run()?; // warm-up
         let us = (0..3).map(|_| run()).collect::<Result<Vec<f64>>>()?.into_iter().fold(f64::INFINITY, f64::min);
         Ok(2.0 * bytes as f64 / (us * 1e3))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use decode_attn_core::{AttentionShape, DTypes};
+
+    fn problem(dtype: DType, head_dim: usize, layout: KvLayout) -> DecodeProblem {
+        let shape = AttentionShape::new(32, 8, head_dim).expect("a valid shape");
+        DecodeProblem::new(shape, DTypes::uniform(dtype), layout, vec![100]).expect("a valid problem")
+    }
+
+    #[test]
+    fn the_tensor_core_kernel_takes_power_of_two_blocks_only() {
+        assert!(mma_applies(&problem(DType::Bf16, 128, KvLayout::block_table(16))));
+        assert!(mma_applies(&problem(DType::F16, 128, KvLayout::block_table(64))));
+        assert!(mma_applies(&problem(DType::Bf16, 128, KvLayout::token_indices(1))));
+        // 48-token blocks: a shift and a mask would locate the wrong tokens.
+        assert!(!mma_applies(&problem(DType::Bf16, 128, KvLayout::block_table(48))));
+        assert!(!mma_applies(&problem(DType::F32, 128, KvLayout::block_table(16))));
     }
 }

@@ -391,9 +391,12 @@ static void check_one(const Case& c, const char* label, int kernel) {
     const double rtol = c.dt == F32 ? 2e-5 : c.dt == F16 ? 2e-3 : 1.6e-2;
     double worst = 0;
     std::vector<double> ref;
+    // The tensor-core kernel takes power-of-two block sizes only (the host
+    // sends others to the stream kernel) and reports any other as bad input.
+    const bool mma_rejects = kernel == MMA && c.layout == DECODE_LAYOUT_BLOCK_TABLE && (c.bs & (c.bs - 1)) != 0;
     for (int b = 0; b < P.B; ++b)
         for (int h = 0; h < P.hq; ++h) {
-            bool ok = reference(P, b, h, ref);
+            bool ok = reference(P, b, h, ref) && !mma_rejects;
             for (int i = 0; i < c.d; ++i) {
                 float got = decode_elem(c.dt, &out[(((size_t)b * P.hq + h) * c.d + i) * dt_size(c.dt)]);
                 if (!ok) {
