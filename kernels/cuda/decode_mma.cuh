@@ -173,22 +173,27 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     const int block_shift = da_ffs(p.block_size) - 1;
     const int block_mask = p.block_size - 1;
 
-    // Byte offsets of the rows this lane copies of the tile starting at
-    // `first` (rows lane / PITCH + ROWS_PER_COPY * i; -1: past the end, or a
-    // bad slot). A tile lies inside one kernel block (a multiple of 16
-    // tokens), so a block table costs one entry per tile.
+    // Where this lane's copies of the tile starting at `first` come from:
+    // rows lane / PITCH + ROWS_PER_COPY * i, chunk lane % PITCH. A tile lies
+    // inside one kernel block (a multiple of 16 tokens), so a block table
+    // costs one entry per tile.
     const int copy_row = lane / G::PITCH;
     const int copy_chunk = lane % G::PITCH;
+    const bool in_row = copy_chunk < G::ROW_CHUNKS;  // else a zero pad chunk
     struct Offsets {
-        long long row[G::COPIES];
+        long long from[G::COPIES];  // byte offset of copy i's chunk in K (and V); meaningful where `valid` says
+        unsigned valid;             // bit i: copy i reads a token's chunk inside the pool
         bool live;  // some row of the tile is a token (warp-uniform); a dead tile is never consumed
     };
-    // Per-row arithmetic is relative to the tile (rows 0..15, ints); only the
-    // tile's own slot and byte offset are 64-bit, and a block table costs one
-    // division per tile, not one per row.
+    // This runs once per tile on the path to every copy, so it is kept to
+    // ints and one mask: per row only a 64-bit add. Each 64-bit compare or
+    // select is two or three instructions, and the prologue's first copies
+    // wait for one locate per stage (the timeline probe's "first copies
+    // issued").
     long long row_bytes[G::COPIES];
 #pragma unroll
-    for (int i = 0; i < G::COPIES; ++i) row_bytes[i] = (long long)(copy_row + G::ROWS_PER_COPY * i) * slot_bytes;
+    for (int i = 0; i < G::COPIES; ++i)
+        row_bytes[i] = (long long)(copy_row + G::ROWS_PER_COPY * i) * slot_bytes + copy_chunk * 16;
     // The block-table entry of the tile starting at `first` (block-table
     // layout; 0 for a dead tile or the token layout). Loaded a step before
     // `locate` needs it, and all of the prologue's at once: each cp.async
@@ -203,27 +208,30 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
         const int rows_live = left <= 0 ? 0 : left >= TILE ? TILE : (int)left;
         Offsets at;
         at.live = rows_live > 0;
+        at.valid = 0;
         if (block_table) {
-            // The tile's rows are consecutive slots of one kernel block.
-            long long slot0 = -1;
-            if (rows_live > 0 && raw >= 0)
-                slot0 = (long long)raw * p.block_size + ((int)first & block_mask);
-            // Rows at or past `rows_ok` fall outside the pool.
-            const long long rows_ok = slot0 < 0 ? 0 : da_min_ll(p.num_slots - slot0, TILE);
+            // The tile's rows are consecutive slots of one kernel block; rows
+            // at or past `rows_ok` fall outside the pool (none for padding).
+            const long long slot0 = (long long)raw * p.block_size + ((int)first & block_mask);
+            const long long room = p.num_slots - slot0;
+            const int rows_ok = raw < 0 || room <= 0 ? 0 : room >= TILE ? TILE : (int)room;
+            if (rows_ok < rows_live) bad = 1;
+            const int rows_valid = in_row ? da_min(rows_live, rows_ok) : 0;
             const long long tile_bytes = slot0 * slot_bytes;
 #pragma unroll
             for (int i = 0; i < G::COPIES; ++i) {
-                const int row = copy_row + G::ROWS_PER_COPY * i;
-                const bool ok = row < rows_ok;
-                if (row < rows_live && !ok) bad = 1;
-                at.row[i] = row < rows_live && ok ? tile_bytes + row_bytes[i] : -1;
+                at.from[i] = tile_bytes + row_bytes[i];
+                at.valid |= (copy_row + G::ROWS_PER_COPY * i < rows_valid ? 1u : 0u) << i;
             }
         } else {
 #pragma unroll
             for (int i = 0; i < G::COPIES; ++i) {
                 const int row = copy_row + G::ROWS_PER_COPY * i;
                 const int slot = row < rows_live ? load_raw_index(p, index, (int)first + row) : 0;
-                at.row[i] = row < rows_live ? resolve_offset(p, slot, (int)first + row, slot_bytes, &bad) : -1;
+                const long long offset =
+                    row < rows_live ? resolve_offset(p, slot, (int)first + row, slot_bytes, &bad) : -1;
+                at.from[i] = offset + copy_chunk * 16;
+                at.valid |= (offset >= 0 && in_row ? 1u : 0u) << i;
             }
         }
         return at;
@@ -242,13 +250,12 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     // warp has fewer tiles than stages) copies nothing; its group stays, empty,
     // so that the wait counts hold.
     auto issue = [&](const Offsets& at, int stage) {
-        const bool in_row = copy_chunk < G::ROW_CHUNKS;  // else a zero pad chunk
         if (at.live) {
 #pragma unroll
             for (int i = 0; i < G::COPIES; ++i) {
                 const int row = copy_row + G::ROWS_PER_COPY * i;
-                const bool live = at.row[i] >= 0 && in_row;
-                const long long from = live ? at.row[i] + copy_chunk * 16 : 0;
+                const bool live = (at.valid >> i) & 1u;
+                const long long from = live ? at.from[i] : 0;
                 da_cp_async16(k_chunk(stage, row, copy_chunk), k_base + from, live ? 16 : 0);
                 da_cp_async16(v_chunk(stage, row, copy_chunk), v_base + from, live ? 16 : 0);
             }
