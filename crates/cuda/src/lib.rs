@@ -99,11 +99,13 @@ pub enum KernelSource {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DecodeKernel {
     /// The tensor-core kernel where it applies (f16 and bf16 with head_dim
-    /// up to 128), the stream kernel elsewhere.
+    /// up to 128, power-of-two kernel block sizes), the stream kernel
+    /// elsewhere.
     #[default]
     Auto,
     /// kernels/cuda/decode_mma.cuh: QK^T and PV as mma.m16n8k16 on 16-token
-    /// tiles, up to 16 query heads per CTA. f16/bf16, head_dim <= 128 only.
+    /// tiles, up to 16 query heads per CTA. f16/bf16, head_dim <= 128 and
+    /// power-of-two kernel block sizes only.
     Mma,
     /// kernels/cuda/decode_stream.cuh: warps stream their own tokens through
     /// a per-warp cp.async ring; CUDA-core math. Every dtype and head dim.
