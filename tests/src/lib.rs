@@ -109,7 +109,8 @@ pub fn cases(sweep: Sweep) -> Vec<Case> {
     let layouts = [
         KvLayout::block_table(16),
         KvLayout::block_table(32),
-        // Not a power of two: the CUDA kernels' division path (a shift and a mask otherwise).
+        // Not a power of two: the CUDA backend sends it to the stream kernel (the
+        // tensor-core kernel locates tokens with a shift and a mask).
         KvLayout::block_table(48),
         KvLayout::BlockTable { kernel_block_size: 16, allocator_block_size: 64 },
         KvLayout::token_indices(1),
