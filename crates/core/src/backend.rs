@@ -26,6 +26,16 @@ pub struct DeviceProps {
     /// head (one row of `head_dim + 2` floats per active split): the part of
     /// the reduce that grows with the split count.
     pub reduce_cta_gbps: f64,
+    /// Tiles one CTA streams side by side (one per warp, each warp taking
+    /// every n-th tile of the split), so a split's time goes in steps of this
+    /// many tiles: 9 tiles on 4 warps take as long as 12. 1 where a CTA
+    /// walks its tiles one after another (the CPU).
+    #[serde(default = "one")]
+    pub tiles_per_cta_step: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl DeviceProps {
@@ -38,6 +48,7 @@ impl DeviceProps {
             mem_bandwidth_gbps: 4500.0,
             launch_overhead_us: 2.0,
             reduce_cta_gbps: GPU_REDUCE_CTA_GBPS,
+            tiles_per_cta_step: 4,
         }
     }
 }

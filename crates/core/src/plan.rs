@@ -394,14 +394,32 @@ fn sglang(problem: &DecodeProblem, max_kv_splits: u32, num_sms: u32) -> (SplitRu
 /// back, at the device's streaming bandwidth. It is also bound by its longest
 /// CTA: one CTA streams at about the share of bandwidth of one resident CTA
 /// slot (`ctas_per_sm` per multiprocessor), so a grid that leaves slots idle
-/// finishes when its fattest CTA does. A split pays one more dependent launch
-/// (the reduce).
-/// The share of a multiprocessor's bandwidth one decode CTA reaches alone
-/// on it. H200, bf16 d = 128, B = 1, s = 65536: Llama-3-8B with 16 splits
-/// (one CTA per SM) took 88.6 us against 73.2 us with 33 (two per SM): 0.83;
-/// 70B at TP=8 with 132 splits ran as fast as with 256 once the reduce is
-/// subtracted.
-const LONE_CTA_SHARE: f64 = 0.8;
+/// finishes when its fattest CTA does, in steps of `tiles_per_cta_step`
+/// tiles. A split pays one more dependent launch (the reduce). Two CTAs on
+/// one multiprocessor, and each wave after the first, cost a fixed time.
+///
+/// The constants below were fitted to a sweep of split counts over the
+/// peers' grid on the H200 (bf16, d = 128, version 12 kernels; every pick of
+/// the fitted model within 2.6% of the sweep's best, against up to 23% for
+/// the previous constants): docs/measurements/2026-12-02-s5-split-sweep.log.
+///
+/// The share of a multiprocessor's bandwidth one decode CTA reaches alone on
+/// it where two fit: Llama-3-8B, B = 1, s = 65536 took 68.8 us with 16 splits
+/// (one CTA per SM) against 67.7 us with 32 (two per SM).
+const LONE_CTA_SHARE: f64 = 0.95;
+
+/// Two CTAs sharing a multiprocessor do not finish together: on the H200 the
+/// earlier-launched one's last tile landed up to 20% sooner, and the rest of
+/// the later one's split ran with half the multiprocessor's copies in
+/// flight (kernels/cuda/probe/timeline.cu). Where one CTA per multiprocessor
+/// already covers the grid, that tail outweighs the second CTA's bandwidth:
+/// Llama-3-8B, B = 16, s = 1024 took 20.9 us unsplit (128 CTAs) against
+/// 22.6 us with 2 splits.
+const SHARED_SM_TAIL_US: f64 = 0.75;
+
+/// Each wave after the first: a CTA that starts when another ends waits for
+/// its first tiles while its slot streams nothing.
+const WAVE_US: f64 = 1.0;
 
 fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -> f64 {
     let shape = problem.shape;
@@ -411,21 +429,24 @@ fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -
     let mut fattest_tiles = 0u32;
     let mut partial_records = 0u64;
     let mut most_active = 0u32;
+    let step = device.tiles_per_cta_step.max(1);
     for &s in &problem.seq_lens {
         let split = rule.split(s);
         ctas += split.active_splits as u64 * shape.num_kv_heads as u64;
-        fattest_tiles = fattest_tiles.max(split.tiles_per_split.min(split.tiles));
+        fattest_tiles = fattest_tiles.max(split.tiles_per_split.min(split.tiles).div_ceil(step) * step);
         most_active = most_active.max(split.active_splits);
         if rule.num_splits > 1 {
             partial_records += split.active_splits as u64 * shape.num_q_heads as u64;
         }
     }
-    let resident = device.num_sms as u64 * device.ctas_per_sm.max(1) as u64;
+    let ctas_per_sm = device.ctas_per_sm.max(1) as u64;
+    let resident = device.num_sms as u64 * ctas_per_sm;
     let waves = cdiv(ctas.max(1), resident) as f64;
     // A multiprocessor's share of the bandwidth goes to the CTAs it actually
-    // holds; one CTA alone reaches LONE_CTA_SHARE of it.
-    let per_sm = cdiv(ctas.max(1), device.num_sms.max(1) as u64).min(device.ctas_per_sm.max(1) as u64);
-    let sm_fill = (LONE_CTA_SHARE * per_sm as f64).min(1.0);
+    // holds; one CTA alone, where more fit, reaches LONE_CTA_SHARE of it.
+    let per_sm = cdiv(ctas.max(1), device.num_sms.max(1) as u64).min(ctas_per_sm);
+    let sm_fill = if per_sm == ctas_per_sm { 1.0 } else { (LONE_CTA_SHARE * per_sm as f64).min(1.0) };
+    let shared_sm_us = if per_sm > 1 { SHARED_SM_TAIL_US } else { 0.0 };
     let cta_bandwidth = bandwidth * sm_fill / (device.num_sms as f64 * per_sm as f64);
     let partial_bytes = 2.0 * partial_records as f64 * (shape.head_dim as f64 + 2.0) * 4.0;
     let stream_us = (problem.kv_bytes() as f64 + partial_bytes) / bandwidth;
@@ -438,7 +459,7 @@ fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -
     } else {
         0.0
     };
-    stream_us.max(cta_us) + reduce_us
+    stream_us.max(cta_us) + reduce_us + shared_sm_us + WAVE_US * (waves - 1.0)
 }
 
 fn auto(problem: &DecodeProblem, device: &DeviceProps, first_wave_splits: u32) -> (SplitRule, PolicyDetail, String) {

@@ -103,6 +103,8 @@ impl CpuBackend {
             launch_overhead_us: Self::LAUNCH_OVERHEAD_US,
             // One thread merges a query head's rows: a core's share of memory.
             reduce_cta_gbps: 10.0,
+            // A task walks its tiles one after another.
+            tiles_per_cta_step: 1,
         };
         CpuBackend { pool, props, isa: Isa::detect() }
     }

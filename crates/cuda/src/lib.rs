@@ -314,6 +314,8 @@ impl CudaBackend {
                 mem_bandwidth_gbps,
                 launch_overhead_us: 2.0,
                 reduce_cta_gbps: decode_attn_core::GPU_REDUCE_CTA_GBPS,
+                // Set below with the kernel in use.
+                tiles_per_cta_step: 1,
             },
             ctx,
             stream,
@@ -340,6 +342,12 @@ impl CudaBackend {
             .occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem, None)
             .map_err(driver_error)?
             .max(1);
+        // The tensor-core and stream kernels give each warp every 4th tile of
+        // the split; the staged and kv-grid kernels walk tiles with the whole CTA.
+        backend.props.tiles_per_cta_step = match options.kernel {
+            DecodeKernel::Auto | DecodeKernel::Mma | DecodeKernel::Stream => DECODE_THREADS / 32,
+            DecodeKernel::Staged | DecodeKernel::KvGrid => 1,
+        };
         Ok(backend)
     }
 

@@ -174,6 +174,8 @@ impl HipBackend {
                 launch_overhead_us: 4.0,
                 // Not measured on AMD hardware: the H200 figure.
                 reduce_cta_gbps: decode_attn_core::GPU_REDUCE_CTA_GBPS,
+                // The kv-grid kernel walks its tiles with the whole workgroup.
+                tiles_per_cta_step: 1,
             },
             functions: Mutex::new(HashMap::new()),
             modules: Mutex::new(vec![LoadedModule {

@@ -22,6 +22,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -50,11 +52,20 @@ __device__ __forceinline__ void da_timeline_stamp(const DecodeParams& p, int gri
         (long long)((double)(reinterpret_cast<const char*>(p.k_cache) - da_timeline.k_base) * da_timeline.inv_pool_bytes + 0.5);
     const long long cta = blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
     if (call < 0 || call >= MAX_CALLS || cta >= MAX_CTAS) return;
-    da_timeline.stamps[((call * 2 + grid) * MAX_CTAS + cta) * EVENTS + event] = t;
+    unsigned long long* row = da_timeline.stamps + ((call * 2 + grid) * MAX_CTAS + cta) * EVENTS;
+    row[event] = t;
+    if (event == 0) {  // slot 7: the SM this CTA ran on, plus one (0 = no stamp)
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        row[EVENTS - 1] = smid + 1ull;
+    }
 }
 
 #define DA_TIMELINE 1
 #include "decode.cu"
+#ifndef DECODE_MMA_THREADS  // kernels before the 8-warp CTA (A/B builds)
+#define DECODE_MMA_THREADS DECODE_THREADS
+#endif
 
 #define CK(x)                                                                                   \
     do {                                                                                        \
@@ -73,13 +84,28 @@ struct Shape {
 static const size_t MIB = 1 << 20;
 
 int main() {
-    const Shape shapes[] = {
+    const Shape default_shapes[] = {
         {"llama3-70b-tp8", 1, 1, 8, 1024, 32},   {"llama3-70b-tp8", 1, 1, 8, 1024, 16},
         {"llama3-70b-tp8", 1, 1, 8, 1024, 1},    {"llama3-8b", 1, 8, 4, 1024, 16},
         {"llama3-8b", 1, 8, 4, 16384, 32},       {"llama3-8b", 64, 8, 4, 1024, 1},
         {"llama3-70b-tp8", 4, 1, 8, 65536, 66},  {"llama3-70b-tp8", 1, 1, 8, 65536, 128},
         {"llama3-8b", 16, 8, 4, 65536, 2},       {"llama3-70b-tp8", 64, 1, 8, 65536, 4},
     };
+    // TIMELINE_SHAPES="B,kv_heads,group,seq_len,splits;...": other shapes.
+    std::vector<Shape> shapes(std::begin(default_shapes), std::end(default_shapes));
+    if (const char* list = getenv("TIMELINE_SHAPES")) {
+        shapes.clear();
+        for (const char* at = list; *at;) {
+            Shape sh{"custom", 0, 0, 0, 0, 0};
+            if (sscanf(at, "%d,%d,%d,%d,%d", &sh.num_seqs, &sh.num_kv_heads, &sh.group, &sh.seq_len, &sh.num_splits) != 5)
+                break;
+            sh.model = sh.num_kv_heads == 1 ? "llama3-70b-tp8" : "llama3-8b";
+            shapes.push_back(sh);
+            const char* next = strchr(at, ';');
+            if (!next) break;
+            at = next + 1;
+        }
+    }
     constexpr int D = 128;
     auto kernel = decode_mma_bf16_d128;
     auto reducer = decode_stream_reduce_bf16_d128;
@@ -163,7 +189,7 @@ int main() {
             p.scale_log2 = 0.0883883476f * 1.4426950409f;
             cudaLaunchConfig_t cfg = {};
             cfg.gridDim = grid;
-            cfg.blockDim = dim3(DECODE_THREADS);
+            cfg.blockDim = dim3(DECODE_MMA_THREADS);
             cfg.dynamicSmemBytes = DECODE_MMA_RING_BYTES;
             cfg.stream = stream;
             CK(cudaLaunchKernelEx(&cfg, kernel, p));
@@ -248,6 +274,36 @@ int main() {
             const char* reduce_names[] = {"reduce: entry", "reduce: length read", "reduce: after wait", "reduce: (m, l) read",
                                           "reduce: output stored"};
             for (int ev = 0; ev < 5; ++ev) summary(last, 1, ev, reduce_ctas, reduce_names[ev]);
+        }
+        // The tail: when CTAs' last tiles landed (percentiles), and the mean
+        // by how many CTAs of this call ran on the CTA's SM.
+        {
+            std::vector<double> ends;
+            std::vector<int> per_sm(1024, 0);
+            for (int c = 0; c < ctas; ++c)
+                if (at(last, 0, c, 4) && at(last, 0, c, 7)) per_sm[at(last, 0, c, 7) - 1]++;
+            std::vector<double> sum_by(16, 0.0);
+            std::vector<int> n_by(16, 0);
+            for (int c = 0; c < ctas; ++c) {
+                if (!at(last, 0, c, 4) || !at(last, 0, c, 7)) continue;
+                const double e = ((double)at(last, 0, c, 4) - (double)t0) / 1000.0;
+                ends.push_back(e);
+                const int k = std::min(15, per_sm[at(last, 0, c, 7) - 1]);
+                sum_by[k] += e;
+                n_by[k]++;
+            }
+            std::sort(ends.begin(), ends.end());
+            if (!ends.empty()) {
+                printf("  last tile landed, percentiles:");
+                for (double q : {0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0})
+                    printf(" p%g %.1f", q * 100, ends[(size_t)(q * (ends.size() - 1))]);
+                printf(" us\n  by CTAs on the SM this call:");
+                for (int k = 1; k < 16; ++k)
+                    if (n_by[k]) printf(" %d: n=%d mean %.1f us;", k, n_by[k], sum_by[k] / n_by[k]);
+                int sms = 0;
+                for (int v : per_sm) sms += v > 0;
+                printf(" (%d SMs used)\n", sms);
+            }
         }
         // The timer's granularity: the smallest nonzero gap between sorted entry stamps.
         std::vector<unsigned long long> entries;

@@ -147,7 +147,8 @@ fn auto_weighs_the_reduce_against_a_second_cta_per_sm() {
     // CTA reads, so auto stays near one CTA per SM.
     let tp8 = plan(&problem(8, 1, vec![65536]), Policy::Auto, &h200()).unwrap();
     assert!((119..=140).contains(&tp8.num_splits), "{tp8}");
-    // 8B, B=1: 8 KV heads; two CTAs per SM (32+ splits) were 1.2x faster than one.
+    // 8B, B=1, s=65536: 8 KV heads; two CTAs per SM (32 splits) streamed
+    // 1.7% faster than one (16 splits), which outweighs their uneven finish.
     let llama = plan(&llama3_8b(1, 65536), Policy::Auto, &h200()).unwrap();
     assert!(llama.num_splits as u64 * 8 > 132, "{llama}");
     // The reduce's share of the estimate grows with the split count.
@@ -157,6 +158,27 @@ fn auto_weighs_the_reduce_against_a_second_cta_per_sm() {
         estimate_us(&tp8.problem, &h200(), rule) - estimate_us(&tp8.problem, &free_reduce, rule)
     };
     assert!(reduce_us(512) > 3.0 * reduce_us(128) && reduce_us(128) > 0.0, "{} {}", reduce_us(512), reduce_us(128));
+}
+
+#[test]
+fn auto_keeps_one_cta_per_sm_where_that_covers_the_grid() {
+    // 8B, B=16, s=1024: 128 unsplit CTAs fill one slot per SM; a second CTA
+    // per SM (2 splits) cost a reduce and an uneven finish (22.6 against
+    // 20.9 us on the H200).
+    let unsplit = plan(&llama3_8b(16, 1024), Policy::Auto, &h200()).unwrap();
+    assert!(!unsplit.use_split, "{unsplit}");
+    // 70B at TP=8, B=4, s=65536: 33 splits (132 CTAs) beat 66 (264 CTAs),
+    // 38.7 against 40.3 us.
+    let tp8 = plan(&problem(8, 1, vec![65536; 4]), Policy::Auto, &h200()).unwrap();
+    assert!(tp8.blocks <= 132, "{tp8}");
+    // Splits are whole steps of the CTA's 4 warps.
+    assert_eq!(tp8.tiles_per_split % 4, 0, "{tp8}");
+    // Without that step, 9 tiles per split look cheaper than 12; with it, the same.
+    let rule = |splits| SplitRule { num_splits: splits, min_tiles_per_split: 1 };
+    let one_step = DeviceProps { tiles_per_cta_step: 1, ..h200() };
+    let short = problem(8, 1, vec![16384]);
+    assert!(estimate_us(&short, &one_step, rule(114)) < estimate_us(&short, &one_step, rule(86)));
+    assert!(estimate_us(&short, &h200(), rule(114)) >= estimate_us(&short, &h200(), rule(86)));
 }
 
 #[test]
