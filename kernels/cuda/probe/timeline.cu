@@ -13,7 +13,12 @@
 // copies), the reducer launched programmatically. Prints the per-call time,
 // then for the last call of the last replay each phase's earliest, median
 // and latest time over the CTAs, relative to the decode grid's first entry,
-// and where the previous call ended.
+// and where the previous call ended; then the tail: percentiles of the CTAs'
+// last tile landing, and their mean by how many CTAs of the call ran on the
+// same SM (%smid, recorded at entry).
+//
+// TIMELINE_SHAPES="B,kv_heads,group,seq_len,splits;..." replaces the built-in
+// shapes; TIMELINE_COPIES=n cycles over n KV copies instead.
 //
 // Not part of the library or CI. On the GPU machine:
 //   nvcc -O3 -std=c++17 -arch=sm_90a -I kernels/cuda -o timeline kernels/cuda/probe/timeline.cu && ./timeline
@@ -63,7 +68,7 @@ __device__ __forceinline__ void da_timeline_stamp(const DecodeParams& p, int gri
 
 #define DA_TIMELINE 1
 #include "decode.cu"
-#ifndef DECODE_MMA_THREADS  // kernels before the 8-warp CTA (A/B builds)
+#ifndef DECODE_MMA_THREADS  // a trial kernel may set its own CTA size (the 8-warp trial of 2026-12-02 did)
 #define DECODE_MMA_THREADS DECODE_THREADS
 #endif
 
