@@ -18,7 +18,8 @@
 // same SM (%smid, recorded at entry).
 //
 // TIMELINE_SHAPES="B,kv_heads,group,seq_len,splits;..." replaces the built-in
-// shapes; TIMELINE_COPIES=n cycles over n KV copies instead.
+// shapes; TIMELINE_COPIES=n cycles over n KV copies instead; TIMELINE_ORDERED=1
+// keeps the block table in order instead of shuffling the blocks over the pool.
 //
 // Not part of the library or CI. On the GPU machine:
 //   nvcc -O3 -std=c++17 -arch=sm_90a -I kernels/cuda -o timeline kernels/cuda/probe/timeline.cu && ./timeline
@@ -147,7 +148,9 @@ int main() {
         CK(cudaMemcpyToSymbol(da_timeline, &tl, sizeof(tl)));
         std::vector<int> table(num_blocks);
         std::iota(table.begin(), table.end(), 0);
-        std::shuffle(table.begin(), table.end(), rng);
+        // TIMELINE_ORDERED=1: blocks in order (each sequence's KV contiguous), not scattered.
+        if (!getenv("TIMELINE_ORDERED") || atoi(getenv("TIMELINE_ORDERED")) == 0)
+            std::shuffle(table.begin(), table.end(), rng);
         std::vector<int> lens(s.num_seqs, s.seq_len);
         int *d_table, *d_lens;
         void *q, *out;
