@@ -342,8 +342,9 @@ impl CudaBackend {
             .occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem, None)
             .map_err(driver_error)?
             .max(1);
-        // The tensor-core and stream kernels give each warp every 4th tile of
-        // the split; the staged and kv-grid kernels walk tiles with the whole CTA.
+        // The tensor-core kernel gives each of its 4 warps every 4th tile of a
+        // split (the stream kernel's warps step by at most that many); the
+        // staged and kv-grid kernels walk tiles with the whole CTA.
         backend.props.tiles_per_cta_step = match options.kernel {
             DecodeKernel::Auto | DecodeKernel::Mma | DecodeKernel::Stream => DECODE_THREADS / 32,
             DecodeKernel::Staged | DecodeKernel::KvGrid => 1,
