@@ -314,7 +314,7 @@ impl CudaBackend {
                 mem_bandwidth_gbps,
                 launch_overhead_us: 2.0,
                 reduce_cta_gbps: decode_attn_core::GPU_REDUCE_CTA_GBPS,
-                // Set below with the kernel in use.
+                // Set below from the kernel in use, as ctas_per_sm is.
                 tiles_per_cta_step: 1,
             },
             ctx,
@@ -327,28 +327,27 @@ impl CudaBackend {
             max_heads_per_cta: if options.max_heads_per_cta == 0 { 8 } else { options.max_heads_per_cta },
             programmatic_launch,
         };
-        // The planner's occupancy: Llama-shaped groups of the kernel in use.
-        let (probe, dynamic_smem, threads) = match options.kernel {
+        // The planner's occupancy (Llama-shaped groups of the kernel in use)
+        // and the tiles a CTA streams side by side: the tensor-core kernel
+        // gives each of its 4 warps every 4th tile of a split (the stream
+        // kernel's warps step by at most that many); the staged and kv-grid
+        // kernels walk tiles with the whole CTA.
+        let warps = DECODE_THREADS / 32;
+        let (probe, dynamic_smem, threads, tiles_per_cta_step) = match options.kernel {
             DecodeKernel::Auto | DecodeKernel::Mma => {
-                (backend.function("decode_mma_bf16_d128")?, MMA_RING_BYTES as usize, DECODE_THREADS)
+                (backend.function("decode_mma_bf16_d128")?, MMA_RING_BYTES as usize, DECODE_THREADS, warps)
             }
             DecodeKernel::Stream => {
-                (backend.function("decode_stream_bf16_d128_h4")?, STREAM_RING_BYTES as usize, DECODE_THREADS)
+                (backend.function("decode_stream_bf16_d128_h4")?, STREAM_RING_BYTES as usize, DECODE_THREADS, warps)
             }
-            DecodeKernel::Staged => (backend.function("decode_attn_bf16_d128")?, 0, DECODE_THREADS),
-            DecodeKernel::KvGrid => (backend.function("decode_kvgrid_bf16_d128")?, 0, KVGRID_THREADS),
+            DecodeKernel::Staged => (backend.function("decode_attn_bf16_d128")?, 0, DECODE_THREADS, 1),
+            DecodeKernel::KvGrid => (backend.function("decode_kvgrid_bf16_d128")?, 0, KVGRID_THREADS, 1),
         };
         backend.props.ctas_per_sm = probe
             .occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem, None)
             .map_err(driver_error)?
             .max(1);
-        // The tensor-core kernel gives each of its 4 warps every 4th tile of a
-        // split (the stream kernel's warps step by at most that many); the
-        // staged and kv-grid kernels walk tiles with the whole CTA.
-        backend.props.tiles_per_cta_step = match options.kernel {
-            DecodeKernel::Auto | DecodeKernel::Mma | DecodeKernel::Stream => DECODE_THREADS / 32,
-            DecodeKernel::Staged | DecodeKernel::KvGrid => 1,
-        };
+        backend.props.tiles_per_cta_step = tiles_per_cta_step;
         Ok(backend)
     }
 
