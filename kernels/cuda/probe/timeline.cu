@@ -69,9 +69,6 @@ __device__ __forceinline__ void da_timeline_stamp(const DecodeParams& p, int gri
 
 #define DA_TIMELINE 1
 #include "decode.cu"
-#ifndef DECODE_MMA_THREADS  // a trial kernel may set its own CTA size (the 8-warp trial of 2026-12-02 did)
-#define DECODE_MMA_THREADS DECODE_THREADS
-#endif
 
 #define CK(x)                                                                                   \
     do {                                                                                        \
@@ -197,7 +194,7 @@ int main() {
             p.scale_log2 = 0.0883883476f * 1.4426950409f;
             cudaLaunchConfig_t cfg = {};
             cfg.gridDim = grid;
-            cfg.blockDim = dim3(DECODE_MMA_THREADS);
+            cfg.blockDim = dim3(DECODE_THREADS);
             cfg.dynamicSmemBytes = DECODE_MMA_RING_BYTES;
             cfg.stream = stream;
             CK(cudaLaunchKernelEx(&cfg, kernel, p));
