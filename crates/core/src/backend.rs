@@ -10,6 +10,21 @@ use crate::{DType, DecodeProblem, Error, KvLayout, Plan, Result};
 /// 64 -> 128 and 132 -> 256 splits), 520 bytes per 0.02 us.
 pub const GPU_REDUCE_CTA_GBPS: f64 = 26.0;
 
+/// [`DeviceProps::lone_cta_share`] of the tensor-core kernel on an H200: the
+/// share of a multiprocessor's bandwidth one decode CTA reaches alone on it
+/// where two fit. Llama-3-8B, B = 1, s = 65536 took 68.8 us with 16 splits
+/// (one CTA per SM) against 67.7 us with 32 (two per SM).
+pub const GPU_LONE_CTA_SHARE: f64 = 0.95;
+
+/// [`DeviceProps::lone_cta_share`] of the CUDA stream kernel (CUDA cores; what
+/// `auto` runs for f32, head_dim > 128 and block sizes that are not powers
+/// of two) on an H200, where three of its CTAs fit on a multiprocessor: it
+/// is bound by instruction issue, not by memory. Llama-3-8B, bf16, 48-token
+/// blocks, B = 16, s = 4096: 128 CTAs (one per SM) 193 us, 256 (two) 126 us,
+/// 384 (three) 109 us; 10.9, 16.6 and 19.2 GB/s per multiprocessor
+/// (docs/measurements/2026-12-02-s6-stream-kernel-sweep.log).
+pub const GPU_STREAM_LONE_CTA_SHARE: f64 = 0.55;
+
 /// What the planner needs to know about a device.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeviceProps {
@@ -32,10 +47,20 @@ pub struct DeviceProps {
     /// walks its tiles one after another (the CPU).
     #[serde(default = "one")]
     pub tiles_per_cta_step: u32,
+    /// The share of a multiprocessor's throughput one CTA reaches alone on
+    /// it; `n` CTAs reach `1 - (1 - share)^n` of it, all `ctas_per_sm` of
+    /// them the whole. Near 1 for a kernel that one CTA keeps memory-bound,
+    /// lower where each CTA is bound by instruction issue.
+    #[serde(default = "gpu_lone_cta_share")]
+    pub lone_cta_share: f64,
 }
 
 fn one() -> u32 {
     1
+}
+
+fn gpu_lone_cta_share() -> f64 {
+    GPU_LONE_CTA_SHARE
 }
 
 impl DeviceProps {
@@ -49,6 +74,7 @@ impl DeviceProps {
             launch_overhead_us: 2.0,
             reduce_cta_gbps: GPU_REDUCE_CTA_GBPS,
             tiles_per_cta_step: 4,
+            lone_cta_share: GPU_LONE_CTA_SHARE,
         }
     }
 }

@@ -29,7 +29,8 @@ pub mod shape;
 pub mod synth;
 
 pub use backend::{
-    CheckedArgs, DecodeArgs, DecodeAttention, DeviceBuffer, DeviceProps, KvIndexBuffers, MergeArgs, GPU_REDUCE_CTA_GBPS,
+    CheckedArgs, DecodeArgs, DecodeAttention, DeviceBuffer, DeviceProps, KvIndexBuffers, MergeArgs, GPU_LONE_CTA_SHARE,
+    GPU_REDUCE_CTA_GBPS, GPU_STREAM_LONE_CTA_SHARE,
 };
 pub use dtype::DType;
 pub use error::{Error, Result};

@@ -388,25 +388,23 @@ fn sglang(problem: &DecodeProblem, max_kv_splits: u32, num_sms: u32) -> (SplitRu
     )
 }
 
-/// Estimated microseconds of one decode call under `rule`.
-///
-/// The call is bound by bytes: KV plus the partial state written and read
-/// back, at the device's streaming bandwidth. It is also bound by its longest
-/// CTA: one CTA streams at about the share of bandwidth of one resident CTA
-/// slot (`ctas_per_sm` per multiprocessor), so a grid that leaves slots idle
-/// finishes when its fattest CTA does, in steps of `tiles_per_cta_step`
-/// tiles. A split pays one more dependent launch (the reduce). Two CTAs on
-/// one multiprocessor, and each wave after the first, cost a fixed time.
-///
-/// The constants below were fitted to a sweep of split counts over the
-/// peers' grid on the H200 (bf16, d = 128, version 12 kernels; every pick of
-/// the fitted model within 2.6% of the sweep's best, against up to 23% for
-/// the previous constants): docs/measurements/2026-12-02-s5-split-sweep.log.
-///
-/// The share of a multiprocessor's bandwidth one decode CTA reaches alone on
-/// it where two fit: Llama-3-8B, B = 1, s = 65536 took 68.8 us with 16 splits
-/// (one CTA per SM) against 67.7 us with 32 (two per SM).
-const LONE_CTA_SHARE: f64 = 0.95;
+// The cost model behind `auto`: estimated microseconds of one decode call.
+//
+// The call is bound by bytes: KV plus the partial state written and read
+// back, at the device's streaming bandwidth. It is also bound by its longest
+// CTA: one CTA streams at about the share of bandwidth of one resident CTA
+// slot (`ctas_per_sm` per multiprocessor), so a grid that leaves slots idle
+// finishes when its fattest CTA does, in steps of `tiles_per_cta_step`
+// tiles. A split pays one more dependent launch (the reduce). Two CTAs on
+// one multiprocessor, and each wave after the first, cost a fixed time.
+//
+// The constants below were fitted to a sweep of split counts over the
+// peers' grid on the H200 (bf16, d = 128, version 12 kernels; every pick of
+// the fitted model within 2.6% of the sweep's best, against up to 23% for
+// the previous constants): docs/measurements/2026-12-02-s5-split-sweep.log.
+// How far one CTA alone on a multiprocessor gets is the device's
+// `lone_cta_share` (per kernel: `GPU_LONE_CTA_SHARE`,
+// `GPU_STREAM_LONE_CTA_SHARE`).
 
 /// Two CTAs sharing a multiprocessor do not finish together: on the H200 the
 /// earlier-launched one's last tile landed up to 20% sooner, and the rest of
@@ -421,6 +419,7 @@ const SHARED_SM_TAIL_US: f64 = 0.75;
 /// its first tiles while its slot streams nothing.
 const WAVE_US: f64 = 1.0;
 
+/// Estimated microseconds of one decode call under `rule` (the model above).
 fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -> f64 {
     let shape = problem.shape;
     let bytes_per_token_per_head = 2.0 * (shape.head_dim * problem.dtypes.kv.size_bytes()) as f64;
@@ -443,9 +442,10 @@ fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -
     let resident = device.num_sms as u64 * ctas_per_sm;
     let waves = cdiv(ctas.max(1), resident) as f64;
     // A multiprocessor's share of the bandwidth goes to the CTAs it actually
-    // holds; one CTA alone, where more fit, reaches LONE_CTA_SHARE of it.
+    // holds; n CTAs where more fit reach 1 - (1 - lone_cta_share)^n of it.
     let per_sm = cdiv(ctas.max(1), device.num_sms.max(1) as u64).min(ctas_per_sm);
-    let sm_fill = if per_sm == ctas_per_sm { 1.0 } else { (LONE_CTA_SHARE * per_sm as f64).min(1.0) };
+    let lone_share = device.lone_cta_share.clamp(0.01, 1.0);
+    let sm_fill = if per_sm == ctas_per_sm { 1.0 } else { 1.0 - (1.0 - lone_share).powi(per_sm as i32) };
     let shared_sm_us = if per_sm > 1 { SHARED_SM_TAIL_US } else { 0.0 };
     let cta_bandwidth = bandwidth * sm_fill / (device.num_sms as f64 * per_sm as f64);
     let partial_bytes = 2.0 * partial_records as f64 * (shape.head_dim as f64 + 2.0) * 4.0;

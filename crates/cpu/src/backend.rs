@@ -105,6 +105,8 @@ impl CpuBackend {
             reduce_cta_gbps: 10.0,
             // A task walks its tiles one after another.
             tiles_per_cta_step: 1,
+            // One task per thread: never more than one per "multiprocessor".
+            lone_cta_share: 1.0,
         };
         CpuBackend { pool, props, isa: Isa::detect() }
     }

@@ -24,7 +24,7 @@ use cudarc::driver::{
 };
 use decode_attn_core::{
     DType, DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, KvLayout, MergeArgs, Plan,
-    Result,
+    Policy, Result, GPU_LONE_CTA_SHARE, GPU_STREAM_LONE_CTA_SHARE,
 };
 
 use decode_attn_core::abi::{DecodeParams, MergeParams};
@@ -258,6 +258,9 @@ pub struct CudaBackend {
     /// The kv-head-grid kernel's module, when that kernel is selected.
     kvgrid_module: Option<Arc<CudaModule>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
+    /// The device, with the figures of the kernel the backend was opened
+    /// with (for `Auto`, the tensor-core kernel's) at Llama's shapes; `plan`
+    /// uses those of the kernel and shape of each problem (`props_for`).
     props: DeviceProps,
     kernel_origin: String,
     kernel: DecodeKernel,
@@ -316,6 +319,7 @@ impl CudaBackend {
                 reduce_cta_gbps: decode_attn_core::GPU_REDUCE_CTA_GBPS,
                 // Set below from the kernel in use, as ctas_per_sm is.
                 tiles_per_cta_step: 1,
+                lone_cta_share: GPU_LONE_CTA_SHARE,
             },
             ctx,
             stream,
@@ -327,28 +331,101 @@ impl CudaBackend {
             max_heads_per_cta: if options.max_heads_per_cta == 0 { 8 } else { options.max_heads_per_cta },
             programmatic_launch,
         };
-        // The planner's occupancy (Llama-shaped groups of the kernel in use)
-        // and the tiles a CTA streams side by side: the tensor-core kernel
-        // gives each of its 4 warps every 4th tile of a split (the stream
-        // kernel's warps step by at most that many); the staged and kv-grid
-        // kernels walk tiles with the whole CTA.
-        let warps = DECODE_THREADS / 32;
-        let (probe, dynamic_smem, threads, tiles_per_cta_step) = match options.kernel {
-            DecodeKernel::Auto | DecodeKernel::Mma => {
-                (backend.function("decode_mma_bf16_d128")?, MMA_RING_BYTES as usize, DECODE_THREADS, warps)
-            }
-            DecodeKernel::Stream => {
-                (backend.function("decode_stream_bf16_d128_h4")?, STREAM_RING_BYTES as usize, DECODE_THREADS, warps)
-            }
-            DecodeKernel::Staged => (backend.function("decode_attn_bf16_d128")?, 0, DECODE_THREADS, 1),
-            DecodeKernel::KvGrid => (backend.function("decode_kvgrid_bf16_d128")?, 0, KVGRID_THREADS, 1),
+        // Llama-shaped bf16 figures of the kernel in use; `plan` asks per problem.
+        let representative = match options.kernel {
+            DecodeKernel::Auto | DecodeKernel::Mma => "decode_mma_bf16_d128",
+            DecodeKernel::Stream => "decode_stream_bf16_d128_h4",
+            DecodeKernel::Staged => "decode_attn_bf16_d128",
+            DecodeKernel::KvGrid => "decode_kvgrid_bf16_d128",
         };
-        backend.props.ctas_per_sm = probe
-            .occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem, None)
-            .map_err(driver_error)?
-            .max(1);
-        backend.props.tiles_per_cta_step = tiles_per_cta_step;
+        backend.props = backend.props_of(options.kernel, representative)?;
         Ok(backend)
+    }
+
+    /// The planner's figures for `kernel` running `function`: its occupancy,
+    /// the tiles a CTA streams side by side (the tensor-core kernel gives each
+    /// of its 4 warps every 4th tile of a split, the stream kernel's warps
+    /// step by at most that many, the staged and kv-grid kernels walk tiles
+    /// with the whole CTA) and how far one CTA alone on a multiprocessor gets.
+    fn props_of(&self, kernel: DecodeKernel, function: &str) -> Result<DeviceProps> {
+        let warps = DECODE_THREADS / 32;
+        let (dynamic_smem, threads, tiles_per_cta_step, lone_cta_share) = match kernel {
+            DecodeKernel::Auto | DecodeKernel::Mma => (MMA_RING_BYTES, DECODE_THREADS, warps, GPU_LONE_CTA_SHARE),
+            DecodeKernel::Stream => (STREAM_RING_BYTES, DECODE_THREADS, warps, GPU_STREAM_LONE_CTA_SHARE),
+            // Not measured: these two are opt-in kernels, not `Auto`'s.
+            DecodeKernel::Staged => (0, DECODE_THREADS, 1, GPU_LONE_CTA_SHARE),
+            DecodeKernel::KvGrid => (0, KVGRID_THREADS, 1, GPU_LONE_CTA_SHARE),
+        };
+        let ctas_per_sm = self
+            .function(function)?
+            .occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem as usize, None)
+            .map_err(driver_error)?;
+        Ok(DeviceProps { ctas_per_sm: ctas_per_sm.max(1), tiles_per_cta_step, lone_cta_share, ..self.props.clone() })
+    }
+
+    /// The launches that run `problem` with `num_splits` splits.
+    fn launches(&self, problem: &DecodeProblem, num_splits: u32) -> Launch {
+        let shape = problem.shape;
+        let suffix = format!("{}_d{}", dtype_suffix(problem.dtypes.q), shape.head_dim);
+        let num_seqs = problem.num_seqs() as u32;
+        let num_kv_heads = shape.num_kv_heads as u32;
+        match self.kernel_for(problem) {
+            DecodeKernel::Auto | DecodeKernel::Mma => Launch {
+                main: format!("decode_mma_{suffix}"),
+                reduce: format!("decode_stream_reduce_{suffix}"),
+                grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(MMA_HEADS_PER_CTA) as u32, num_splits),
+                threads: DECODE_THREADS,
+                reduce_threads: REDUCE_THREADS,
+                shared_mem_bytes: MMA_RING_BYTES,
+                programmatic: true,
+            },
+            DecodeKernel::Stream => {
+                let heads = stream_heads_per_cta(shape.group_size()).min(self.max_heads_per_cta);
+                Launch {
+                    main: format!("decode_stream_{suffix}_h{heads}"),
+                    reduce: format!("decode_stream_reduce_{suffix}"),
+                    grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(heads) as u32, num_splits),
+                    threads: DECODE_THREADS,
+                    reduce_threads: REDUCE_THREADS,
+                    shared_mem_bytes: STREAM_RING_BYTES,
+                    programmatic: true,
+                }
+            }
+            DecodeKernel::Staged => Launch {
+                main: format!("decode_attn_{suffix}"),
+                reduce: format!("decode_attn_reduce_{suffix}"),
+                grid: (num_seqs, num_kv_heads, num_splits),
+                threads: DECODE_THREADS,
+                reduce_threads: DECODE_THREADS,
+                shared_mem_bytes: 0,
+                programmatic: false,
+            },
+            DecodeKernel::KvGrid => Launch {
+                main: format!("decode_kvgrid_{suffix}"),
+                reduce: format!("decode_kvgrid_reduce_{suffix}"),
+                grid: (num_seqs, num_splits, num_kv_heads),
+                threads: KVGRID_THREADS,
+                reduce_threads: KVGRID_THREADS,
+                shared_mem_bytes: 0,
+                programmatic: false,
+            },
+        }
+    }
+
+    /// The kernel that runs `problem`: `Auto` resolved.
+    fn kernel_for(&self, problem: &DecodeProblem) -> DecodeKernel {
+        match self.kernel {
+            DecodeKernel::Auto if mma_applies(problem) => DecodeKernel::Mma,
+            DecodeKernel::Auto => DecodeKernel::Stream,
+            chosen => chosen,
+        }
+    }
+
+    /// The planner's figures for the kernel that runs `problem` (its own
+    /// occupancy: the stream kernel fits three CTAs per multiprocessor where
+    /// the tensor-core kernel fits two, fewer at larger groups and head dims).
+    pub fn props_for(&self, problem: &DecodeProblem) -> Result<DeviceProps> {
+        self.props_of(self.kernel_for(problem), &self.launches(problem, 1).main)
     }
 
     /// Captures the launches `work` makes on this backend's stream into a CUDA
@@ -573,8 +650,15 @@ impl DecodeAttention for CudaBackend {
         BACKEND
     }
 
+    /// The figures of the kernel the backend was opened with; [`plan`](Self::plan)
+    /// uses those of the kernel that runs the problem.
     fn device_props(&self) -> &DeviceProps {
         &self.props
+    }
+
+    fn plan(&self, problem: &DecodeProblem, policy: Policy) -> Result<Plan> {
+        self.supports(problem)?;
+        decode_attn_core::plan(problem, policy, &self.props_for(problem)?)
     }
 
     fn supports(&self, problem: &DecodeProblem) -> Result<()> {
@@ -657,55 +741,8 @@ impl DecodeAttention for CudaBackend {
         let params = ByValue(DecodeParams::new(plan, &args, &checked, |buffer, _| Ok(self.ptr(buffer)))?);
         let num_splits = params.0.num_splits as u32;
         let split = num_splits > 1;
-        let suffix = format!("{}_d{}", dtype_suffix(problem.dtypes.q), shape.head_dim);
+        let launch = self.launches(problem, num_splits);
         let num_seqs = problem.num_seqs() as u32;
-        let num_kv_heads = shape.num_kv_heads as u32;
-        let kernel = match self.kernel {
-            DecodeKernel::Auto if mma_applies(problem) => DecodeKernel::Mma,
-            DecodeKernel::Auto => DecodeKernel::Stream,
-            chosen => chosen,
-        };
-        let launch = match kernel {
-            DecodeKernel::Auto | DecodeKernel::Mma => Launch {
-                main: format!("decode_mma_{suffix}"),
-                reduce: format!("decode_stream_reduce_{suffix}"),
-                grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(MMA_HEADS_PER_CTA) as u32, num_splits),
-                threads: DECODE_THREADS,
-                reduce_threads: REDUCE_THREADS,
-                shared_mem_bytes: MMA_RING_BYTES,
-                programmatic: true,
-            },
-            DecodeKernel::Stream => {
-                let heads = stream_heads_per_cta(shape.group_size()).min(self.max_heads_per_cta);
-                Launch {
-                    main: format!("decode_stream_{suffix}_h{heads}"),
-                    reduce: format!("decode_stream_reduce_{suffix}"),
-                    grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(heads) as u32, num_splits),
-                    threads: DECODE_THREADS,
-                    reduce_threads: REDUCE_THREADS,
-                    shared_mem_bytes: STREAM_RING_BYTES,
-                    programmatic: true,
-                }
-            }
-            DecodeKernel::Staged => Launch {
-                main: format!("decode_attn_{suffix}"),
-                reduce: format!("decode_attn_reduce_{suffix}"),
-                grid: (num_seqs, num_kv_heads, num_splits),
-                threads: DECODE_THREADS,
-                reduce_threads: DECODE_THREADS,
-                shared_mem_bytes: 0,
-                programmatic: false,
-            },
-            DecodeKernel::KvGrid => Launch {
-                main: format!("decode_kvgrid_{suffix}"),
-                reduce: format!("decode_kvgrid_reduce_{suffix}"),
-                grid: (num_seqs, num_splits, num_kv_heads),
-                threads: KVGRID_THREADS,
-                reduce_threads: KVGRID_THREADS,
-                shared_mem_bytes: 0,
-                programmatic: false,
-            },
-        };
         let main = self.function(&launch.main)?;
         let config = LaunchConfig {
             grid_dim: launch.grid,

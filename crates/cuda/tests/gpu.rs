@@ -342,3 +342,40 @@ fn graph_timing_reports_a_positive_time() {
     let gbps = backend.copy_bandwidth_gbps(256 << 20).unwrap();
     assert!(gbps > 100.0, "device-to-device copy at {gbps} GB/s is not a GPU copy");
 }
+
+#[test]
+#[serial]
+fn auto_plans_each_problem_with_the_figures_of_the_kernel_that_runs_it() {
+    if !device_present() {
+        return;
+    }
+    let open = |kernel| CudaBackend::with_options(0, CudaOptions { kernel, ..CudaOptions::default() }).unwrap();
+    let auto = open(decode_attn_cuda::DecodeKernel::Auto);
+    let stream = open(decode_attn_cuda::DecodeKernel::Stream);
+    let mma = open(decode_attn_cuda::DecodeKernel::Mma);
+    // 48-token blocks go to the stream kernel, 16-token ones to the tensor-core kernel.
+    let on_stream = problem(KvLayout::block_table(48), vec![30000]);
+    let on_mma = problem(KvLayout::block_table(16), vec![30000]);
+    assert_eq!(&auto.props_for(&on_stream).unwrap(), stream.device_props());
+    assert_eq!(&auto.props_for(&on_mma).unwrap(), mma.device_props());
+    assert_eq!(auto.plan(&on_stream, Policy::Auto).unwrap(), stream.plan(&on_stream, Policy::Auto).unwrap());
+    assert_eq!(auto.plan(&on_mma, Policy::Auto).unwrap(), mma.plan(&on_mma, Policy::Auto).unwrap());
+    // The stream kernel is bound by instruction issue: its plans count on
+    // filling more of each multiprocessor than the tensor-core kernel's.
+    assert!(auto.props_for(&on_stream).unwrap().lone_cta_share < auto.props_for(&on_mma).unwrap().lone_cta_share);
+    let shapes = [(32, 8, 128, 48), (32, 8, 128, 16), (8, 1, 128, 48), (16, 8, 256, 16), (32, 8, 256, 16)];
+    for (num_q_heads, num_kv_heads, head_dim, block) in shapes {
+        let p = DecodeProblem::new(
+            AttentionShape::new(num_q_heads, num_kv_heads, head_dim).unwrap(),
+            DTypes::uniform(DType::Bf16),
+            KvLayout::block_table(block),
+            vec![30000],
+        )
+        .unwrap();
+        let props = auto.props_for(&p).unwrap();
+        eprintln!(
+            "h {num_q_heads}/{num_kv_heads} d {head_dim} block {block}: {} CTAs per SM, lone CTA share {}",
+            props.ctas_per_sm, props.lone_cta_share
+        );
+    }
+}

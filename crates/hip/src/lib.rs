@@ -176,6 +176,8 @@ impl HipBackend {
                 reduce_cta_gbps: decode_attn_core::GPU_REDUCE_CTA_GBPS,
                 // The kv-grid kernel walks its tiles with the whole workgroup.
                 tiles_per_cta_step: 1,
+                // Not measured on AMD hardware: the H200 tensor-core kernel's.
+                lone_cta_share: decode_attn_core::GPU_LONE_CTA_SHARE,
             },
             functions: Mutex::new(HashMap::new()),
             modules: Mutex::new(vec![LoadedModule {

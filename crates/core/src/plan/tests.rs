@@ -182,6 +182,26 @@ fn auto_keeps_one_cta_per_sm_where_that_covers_the_grid() {
 }
 
 #[test]
+fn auto_fills_every_slot_for_a_kernel_bound_by_issue() {
+    // The CUDA stream kernel (three CTAs per SM on the H200, a lone CTA at
+    // about half of what three reach), 8B with 48-token blocks, B=16,
+    // s=4096: 128 CTAs took 193 us, 256 took 126, 384 took 109.
+    let stream = DeviceProps { ctas_per_sm: 3, lone_cta_share: crate::GPU_STREAM_LONE_CTA_SHARE, ..h200() };
+    let filled = plan(&llama3_8b(16, 4096), Policy::Auto, &stream).unwrap();
+    assert_eq!(filled.rule.num_splits, 3, "{filled}");
+    // The tensor-core kernel, which one CTA per SM keeps near the bandwidth: unsplit.
+    let mma = plan(&llama3_8b(16, 4096), Policy::Auto, &h200()).unwrap();
+    assert!(!mma.use_split, "{mma}");
+    // n CTAs on an SM reach 1 - (1 - share)^n of it: a second CTA helps the
+    // issue-bound kernel more than the memory-bound one.
+    let rule = |splits| SplitRule { num_splits: splits, min_tiles_per_split: 1 };
+    let long = llama3_8b(1, 65536);
+    let gain = |device: &DeviceProps| estimate_us(&long, device, rule(16)) / estimate_us(&long, device, rule(33));
+    let three_slots = DeviceProps { ctas_per_sm: 3, ..h200() };
+    assert!(gain(&stream) > gain(&three_slots), "{} against {}", gain(&stream), gain(&three_slots));
+}
+
+#[test]
 fn auto_is_per_sequence() {
     let plan = plan(&problem(32, 8, vec![65536, 64, 0]), Policy::Auto, &h200()).unwrap();
     assert!(plan.per_seq[0].active_splits > plan.per_seq[1].active_splits);
