@@ -395,8 +395,10 @@ fn sglang(problem: &DecodeProblem, max_kv_splits: u32, num_sms: u32) -> (SplitRu
 // CTA: one CTA streams at about the share of bandwidth of one resident CTA
 // slot (`ctas_per_sm` per multiprocessor), so a grid that leaves slots idle
 // finishes when its fattest CTA does, in steps of `tiles_per_cta_step`
-// tiles. A split pays one more dependent launch (the reduce). Two CTAs on
-// one multiprocessor, and each wave after the first, cost a fixed time.
+// tiles; a grid of several waves runs its last, partly filled one at the
+// occupancy that wave has. A split pays one more dependent launch (the
+// reduce). Two CTAs on one multiprocessor, and each wave after the first,
+// cost a fixed time.
 //
 // The constants below were fitted to a sweep of split counts over the
 // peers' grid on the H200 (bf16, d = 128, version 12 kernels; every pick of
@@ -438,19 +440,29 @@ fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -
             partial_records += split.active_splits as u64 * shape.num_q_heads as u64;
         }
     }
+    let ctas = ctas.max(1);
+    let num_sms = device.num_sms.max(1) as u64;
     let ctas_per_sm = device.ctas_per_sm.max(1) as u64;
-    let resident = device.num_sms as u64 * ctas_per_sm;
-    let waves = cdiv(ctas.max(1), resident) as f64;
+    let resident = num_sms * ctas_per_sm;
+    let waves = cdiv(ctas, resident) as f64;
     // A multiprocessor's share of the bandwidth goes to the CTAs it actually
     // holds; n CTAs where more fit reach 1 - (1 - lone_cta_share)^n of it.
-    let per_sm = cdiv(ctas.max(1), device.num_sms.max(1) as u64).min(ctas_per_sm);
     let lone_share = device.lone_cta_share.clamp(0.01, 1.0);
-    let sm_fill = if per_sm == ctas_per_sm { 1.0 } else { 1.0 - (1.0 - lone_share).powi(per_sm as i32) };
+    let per_sm_of = |wave_ctas: u64| cdiv(wave_ctas, num_sms).min(ctas_per_sm);
+    let cta_bandwidth_of = |per_sm: u64| {
+        let sm_fill = if per_sm == ctas_per_sm { 1.0 } else { 1.0 - (1.0 - lone_share).powi(per_sm as i32) };
+        bandwidth * sm_fill / (num_sms as f64 * per_sm as f64)
+    };
+    let per_sm = per_sm_of(ctas);
     let shared_sm_us = if per_sm > 1 { SHARED_SM_TAIL_US } else { 0.0 };
-    let cta_bandwidth = bandwidth * sm_fill / (device.num_sms as f64 * per_sm as f64);
     let partial_bytes = 2.0 * partial_records as f64 * (shape.head_dim as f64 + 2.0) * 4.0;
     let stream_us = (problem.kv_bytes() as f64 + partial_bytes) / bandwidth;
-    let cta_us = waves * (fattest_tiles * TILE_TOKENS) as f64 * bytes_per_token_per_head / cta_bandwidth;
+    // Full waves at full occupancy, then the last, partly filled one at its
+    // own: its CTAs have their multiprocessors to fewer of themselves.
+    let cta_bytes = (fattest_tiles * TILE_TOKENS) as f64 * bytes_per_token_per_head;
+    let last_wave = ctas - (waves as u64 - 1) * resident;
+    let cta_us =
+        (waves - 1.0) * cta_bytes / cta_bandwidth_of(ctas_per_sm) + cta_bytes / cta_bandwidth_of(per_sm_of(last_wave));
     // The reduce: a dependent launch, then each reducer CTA reads one partial
     // row per active split of its sequence (the longest one sets the pace).
     let row_bytes = (shape.head_dim as f64 + 2.0) * 4.0;

@@ -202,6 +202,31 @@ fn auto_fills_every_slot_for_a_kernel_bound_by_issue() {
 }
 
 #[test]
+fn a_partly_filled_last_wave_runs_at_its_own_occupancy() {
+    // Gemma-2-9B (d = 256, the stream kernel), B=64, s=1024: 512 unsplit
+    // CTAs are one full wave of 396 and 116 CTAs alone on their SMs. Charged
+    // as two full waves, 8 splits looked cheaper (200.3 us measured); with
+    // the last wave at one CTA per SM, 2 splits win (177.9 us; unsplit 192.4).
+    let stream = DeviceProps { ctas_per_sm: 3, lone_cta_share: crate::GPU_STREAM_LONE_CTA_SHARE, ..h200() };
+    let gemma = DecodeProblem::new(
+        AttentionShape::new(16, 8, 256).unwrap(),
+        DTypes::uniform(DType::Bf16),
+        KvLayout::block_table(16),
+        vec![1024; 64],
+    )
+    .unwrap();
+    let picked = plan(&gemma, Policy::Auto, &stream).unwrap();
+    assert_eq!(picked.rule.num_splits, 2, "{picked}");
+    // One full wave plus 8 CTAs, each alone on its SM, costs less than two
+    // full waves (264 slots on the tensor-core kernel's 2 per SM).
+    let rule = |splits| SplitRule { num_splits: splits, min_tiles_per_split: 1 };
+    let one_wave_and_some = llama3_8b(34, 4096); // 272 CTAs
+    let two_waves = llama3_8b(66, 4096); // 528 CTAs
+    let (some, two) = (estimate_us(&one_wave_and_some, &h200(), rule(1)), estimate_us(&two_waves, &h200(), rule(1)));
+    assert!(some < 0.9 * two, "{some} against {two}");
+}
+
+#[test]
 fn auto_is_per_sequence() {
     let plan = plan(&problem(32, 8, vec![65536, 64, 0]), Policy::Auto, &h200()).unwrap();
     assert!(plan.per_seq[0].active_splits > plan.per_seq[1].active_splits);
