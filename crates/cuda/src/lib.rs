@@ -23,8 +23,8 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg,
 };
 use decode_attn_core::{
-    DType, DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, KvLayout, MergeArgs, Plan,
-    Policy, Result, GPU_LONE_CTA_SHARE, GPU_STREAM_LONE_CTA_SHARE,
+    AttentionShape, DType, DTypes, DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error,
+    KvLayout, MergeArgs, Plan, Policy, Result, GPU_LONE_CTA_SHARE, GPU_STREAM_LONE_CTA_SHARE,
 };
 
 use decode_attn_core::abi::{DecodeParams, MergeParams};
@@ -331,36 +331,16 @@ impl CudaBackend {
             max_heads_per_cta: if options.max_heads_per_cta == 0 { 8 } else { options.max_heads_per_cta },
             programmatic_launch,
         };
-        // Llama-shaped bf16 figures of the kernel in use; `plan` asks per problem.
-        let representative = match options.kernel {
-            DecodeKernel::Auto | DecodeKernel::Mma => "decode_mma_bf16_d128",
-            DecodeKernel::Stream => "decode_stream_bf16_d128_h4",
-            DecodeKernel::Staged => "decode_attn_bf16_d128",
-            DecodeKernel::KvGrid => "decode_kvgrid_bf16_d128",
-        };
-        backend.props = backend.props_of(options.kernel, representative)?;
+        // The kernel in use at a Llama-3-8B layer (bf16, d = 128, 16-token
+        // blocks); `plan` asks per problem.
+        let llama = DecodeProblem::new(
+            AttentionShape::new(32, 8, 128)?,
+            DTypes::uniform(DType::Bf16),
+            KvLayout::block_table(16),
+            vec![1],
+        )?;
+        backend.props = backend.props_for(&llama)?;
         Ok(backend)
-    }
-
-    /// The planner's figures for `kernel` running `function`: its occupancy,
-    /// the tiles a CTA streams side by side (the tensor-core kernel gives each
-    /// of its 4 warps every 4th tile of a split, the stream kernel's warps
-    /// step by at most that many, the staged and kv-grid kernels walk tiles
-    /// with the whole CTA) and how far one CTA alone on a multiprocessor gets.
-    fn props_of(&self, kernel: DecodeKernel, function: &str) -> Result<DeviceProps> {
-        let warps = DECODE_THREADS / 32;
-        let (dynamic_smem, threads, tiles_per_cta_step, lone_cta_share) = match kernel {
-            DecodeKernel::Auto | DecodeKernel::Mma => (MMA_RING_BYTES, DECODE_THREADS, warps, GPU_LONE_CTA_SHARE),
-            DecodeKernel::Stream => (STREAM_RING_BYTES, DECODE_THREADS, warps, GPU_STREAM_LONE_CTA_SHARE),
-            // Not measured: these two are opt-in kernels, not `Auto`'s.
-            DecodeKernel::Staged => (0, DECODE_THREADS, 1, GPU_LONE_CTA_SHARE),
-            DecodeKernel::KvGrid => (0, KVGRID_THREADS, 1, GPU_LONE_CTA_SHARE),
-        };
-        let ctas_per_sm = self
-            .function(function)?
-            .occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem as usize, None)
-            .map_err(driver_error)?;
-        Ok(DeviceProps { ctas_per_sm: ctas_per_sm.max(1), tiles_per_cta_step, lone_cta_share, ..self.props.clone() })
     }
 
     /// The launches that run `problem` with `num_splits` splits.
@@ -421,11 +401,28 @@ impl CudaBackend {
         }
     }
 
-    /// The planner's figures for the kernel that runs `problem` (its own
-    /// occupancy: the stream kernel fits three CTAs per multiprocessor where
-    /// the tensor-core kernel fits two, fewer at larger groups and head dims).
+    /// The planner's figures for the kernel that runs `problem`: the
+    /// occupancy of its launch (the stream kernel fits three CTAs per
+    /// multiprocessor where the tensor-core kernel fits two, fewer at larger
+    /// groups and head dims), the tiles a CTA streams side by side (the
+    /// tensor-core kernel gives each of its 4 warps every 4th tile of a split,
+    /// the stream kernel's warps step by at most that many, the staged and
+    /// kv-grid kernels walk tiles with the whole CTA) and how far one CTA
+    /// alone on a multiprocessor gets.
     pub fn props_for(&self, problem: &DecodeProblem) -> Result<DeviceProps> {
-        self.props_of(self.kernel_for(problem), &self.launches(problem, 1).main)
+        let warps = DECODE_THREADS / 32;
+        let (tiles_per_cta_step, lone_cta_share) = match self.kernel_for(problem) {
+            DecodeKernel::Auto | DecodeKernel::Mma => (warps, GPU_LONE_CTA_SHARE),
+            DecodeKernel::Stream => (warps, GPU_STREAM_LONE_CTA_SHARE),
+            // Not measured: these two are opt-in kernels, not `Auto`'s.
+            DecodeKernel::Staged | DecodeKernel::KvGrid => (1, GPU_LONE_CTA_SHARE),
+        };
+        let launch = self.launches(problem, 1);
+        let ctas_per_sm = self
+            .function(&launch.main)?
+            .occupancy_max_active_blocks_per_multiprocessor(launch.threads, launch.shared_mem_bytes as usize, None)
+            .map_err(driver_error)?;
+        Ok(DeviceProps { ctas_per_sm: ctas_per_sm.max(1), tiles_per_cta_step, lone_cta_share, ..self.props.clone() })
     }
 
     /// Captures the launches `work` makes on this backend's stream into a CUDA
