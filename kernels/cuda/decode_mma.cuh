@@ -1,10 +1,11 @@
-// decode_mma.cuh: the tensor-core decode kernel (f16 and bf16, head_dim <= 128),
-// the CUDA backend's default for those shapes.
+// decode_mma.cuh: the tensor-core decode kernel (f16 and bf16, head_dim <= 128
+// and 256), the CUDA backend's default for those shapes.
 //
 // Included by decode.cu after its portable layer, element types, sequence
 // guards and split rule. Launch: grid (num_seqs, num_kv_heads * head_groups,
-// num_splits), DECODE_THREADS threads, DECODE_MMA_RING_BYTES of dynamic shared
-// memory, head_groups = ceil(g / 16): one CTA serves up to 16 query heads of
+// num_splits), DECODE_THREADS threads, MmaGeometry<HEAD_DIM>::SMEM_BYTES of
+// dynamic shared memory (96 KiB, two CTAs per SM; 200 KiB at head_dim 256,
+// one CTA per SM, sm_90 only), head_groups = ceil(g / 16): one CTA serves up to 16 query heads of
 // one KV head, so for g <= 16 each K and V byte is read from HBM exactly once.
 // The partial-state layout is the stream kernel's: decode_stream_reduce_*
 // merges the splits.
@@ -62,9 +63,10 @@ DA_DEVICE bool da_warp_any(bool predicate) { return __any_sync(0xffffffffu, pred
 DA_DEVICE void da_syncwarp() { __syncwarp(); }
 #endif
 
-#define DECODE_MMA_RING_BYTES 98304
-#define DECODE_MMA_HEADS 16       // query heads per CTA: the mma's M
-#define DECODE_MMA_MAX_HEAD_DIM 128
+#define DECODE_MMA_RING_BYTES 98304         // head_dim <= 128: two CTAs per SM
+#define DECODE_MMA_WIDE_RING_BYTES 196608   // head_dim 256: one CTA per SM
+#define DECODE_MMA_HEADS 16                 // query heads per CTA: the mma's M
+#define DECODE_MMA_MAX_HEAD_DIM 256
 
 template <typename T>
 struct MmaElem;
@@ -100,14 +102,23 @@ struct MmaGeometry {
     static constexpr int TILE_CHUNKS = 2 * DECODE_TILE_TOKENS * PITCH;  // K then V rows of one tile
     static constexpr int TILE_BYTES = TILE_CHUNKS * 16;
     // Tiles each warp keeps in the ring: STAGES - 1 in flight while one is consumed.
-    static constexpr int STAGES_FIT = DECODE_MMA_RING_BYTES / (WARPS * TILE_BYTES);
+    // Wide heads (256): the accumulators alone take 128 registers, so Q's
+    // A fragments (64 more) are read from shared memory per tile instead of
+    // being kept in registers, and one CTA per SM takes a ring twice as big
+    // (tiles are twice as big): the same bytes in flight per SM.
+    static constexpr bool WIDE = HEAD_DIM > 128;
+    static constexpr int RING_BYTES = WIDE ? DECODE_MMA_WIDE_RING_BYTES : DECODE_MMA_RING_BYTES;
+    static constexpr int CTAS_PER_SM = WIDE ? 1 : 2;
+    static constexpr int Q_CHUNKS = WIDE ? DECODE_MMA_HEADS * PITCH : 0;  // [head][PITCH], k-swizzled, after the ring
+    static constexpr int SMEM_BYTES = RING_BYTES + Q_CHUNKS * 16;
+    static constexpr int STAGES_FIT = RING_BYTES / (WARPS * TILE_BYTES);
     static constexpr int STAGES = STAGES_FIT > 6 ? 6 : STAGES_FIT;
     // The warps' (m, l, acc) go through the same shared memory at the end.
     static constexpr int MERGE_FLOATS = WARPS * DECODE_MMA_HEADS * (HEAD_DIM + 3);  // acc, m, l, weight
     static_assert(HEAD_DIM <= DECODE_MMA_MAX_HEAD_DIM && HEAD_DIM % 8 == 0, "rows are whole chunks");
     static_assert(DA_WARP_SIZE % PITCH == 0 && DECODE_TILE_TOKENS % ROWS_PER_COPY == 0, "copies tile the rows");
     static_assert(STAGES >= 3, "at least two tiles in flight per warp");
-    static_assert(MERGE_FLOATS * 4 <= DECODE_MMA_RING_BYTES, "the merge reuses the ring");
+    static_assert(MERGE_FLOATS * 4 <= RING_BYTES, "the merge reuses the ring");
     // Swizzles (chunk index within a row; both stay inside an aligned group
     // of 8 chunks = 128 bytes = all 32 banks). K is read as rows gid, gid + 8
     // by 4 lanes each: odd rows take the other half of the group. V is read
@@ -146,16 +157,31 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     const int gid = lane / 4;  // the mma's groupID: rows of A and C, column of B
     const int tig = lane % 4;  // thread in group
 
-    // Q of heads gid and gid + 8 (zeros past the group), this lane's K chunks.
-    uint4 q_lo[G::K_CHUNKS], q_hi[G::K_CHUNKS];
+    DA_DYNAMIC_SHARED(mma_ring);
+    // Q of heads gid and gid + 8 (zeros past the group), this lane's K chunks:
+    // in registers, or (wide heads) in shared memory, rows like K's.
+    uint4 q_lo[G::WIDE ? 1 : G::K_CHUNKS], q_hi[G::WIDE ? 1 : G::K_CHUNKS];
+    uint4* const q_smem = reinterpret_cast<uint4*>(mma_ring + G::RING_BYTES);
+    auto q_chunk = [&](int head, int chunk) { return q_smem + head * G::PITCH + G::k_swizzle(head, chunk); };
+    if constexpr (G::WIDE) {
+        for (int i = threadIdx.x; i < G::Q_CHUNKS; i += DECODE_THREADS) {
+            const int head = i / G::PITCH, chunk = i % G::PITCH;
+            const char* q_row = reinterpret_cast<const char*>(p.q) +
+                                ((long long)b * p.num_q_heads + head0 + head) * HEAD_DIM * 2 + chunk * 16;
+            *q_chunk(head, chunk) =
+                head < num_heads && chunk < G::ROW_CHUNKS ? da_ldg16(q_row) : make_uint4(0, 0, 0, 0);
+        }
+        // Published by the barrier before the main loop.
+    } else {
 #pragma unroll
-    for (int c = 0; c < G::K_CHUNKS; ++c) {
-        const int chunk = tig + 4 * c;
-        const char* q_row = reinterpret_cast<const char*>(p.q) +
-                            ((long long)b * p.num_q_heads + head0 + gid) * HEAD_DIM * 2 + chunk * 16;
-        const bool in_row = chunk < G::ROW_CHUNKS;
-        q_lo[c] = in_row && gid < num_heads ? da_ldg16(q_row) : make_uint4(0, 0, 0, 0);
-        q_hi[c] = in_row && gid + 8 < num_heads ? da_ldg16(q_row + 8 * HEAD_DIM * 2) : make_uint4(0, 0, 0, 0);
+        for (int c = 0; c < G::K_CHUNKS; ++c) {
+            const int chunk = tig + 4 * c;
+            const char* q_row = reinterpret_cast<const char*>(p.q) +
+                                ((long long)b * p.num_q_heads + head0 + gid) * HEAD_DIM * 2 + chunk * 16;
+            const bool in_row = chunk < G::ROW_CHUNKS;
+            q_lo[c] = in_row && gid < num_heads ? da_ldg16(q_row) : make_uint4(0, 0, 0, 0);
+            q_hi[c] = in_row && gid + 8 < num_heads ? da_ldg16(q_row + 8 * HEAD_DIM * 2) : make_uint4(0, 0, 0, 0);
+        }
     }
 
     float o[G::N_TILES][4];
@@ -237,7 +263,6 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
         return at;
     };
 
-    DA_DYNAMIC_SHARED(mma_ring);
     uint4* ring = reinterpret_cast<uint4*>(mma_ring) + warp * G::STAGES * G::TILE_CHUNKS;
     // Stage layout: K [row][PITCH] then V [row][PITCH], chunks swizzled.
     auto k_chunk = [&](int stage, int row, int chunk) {
@@ -269,8 +294,10 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
         float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
         for (int c = 0; c < G::K_CHUNKS; ++c) {
-            const unsigned a_even[4] = {q_lo[c].x, q_hi[c].x, q_lo[c].y, q_hi[c].y};
-            const unsigned a_odd[4] = {q_lo[c].z, q_hi[c].z, q_lo[c].w, q_hi[c].w};
+            const uint4 q0 = G::WIDE ? *q_chunk(gid, tig + 4 * c) : q_lo[G::WIDE ? 0 : c];
+            const uint4 q8 = G::WIDE ? *q_chunk(gid + 8, tig + 4 * c) : q_hi[G::WIDE ? 0 : c];
+            const unsigned a_even[4] = {q0.x, q8.x, q0.y, q8.y};
+            const unsigned a_odd[4] = {q0.z, q8.z, q0.w, q8.w};
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
                 const uint4 k = *k_chunk(stage, gid + 8 * j, tig + 4 * c);
@@ -352,6 +379,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
 #pragma unroll
     for (int stage = 0; stage < G::STAGES - 1; ++stage) issue(locate(first + stage * step, entries[stage]), stage);
     DA_STAMP(0, 2);
+    if constexpr (G::WIDE) __syncthreads();  // Q is in shared memory
     Offsets next = locate(first + (G::STAGES - 1) * step, entries[G::STAGES - 1]);
     int next_entry = entries[G::STAGES];  // of the tile after `next`
     int stage = 0;
@@ -413,6 +441,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
 }
 
 #define DA_MMA_ENTRY(T, TNAME, D)                                                                                  \
-    extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 2) decode_mma_##TNAME##_d##D(const DecodeParams p) { \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)                      \
+        decode_mma_##TNAME##_d##D(const DecodeParams p) {                                                             \
         decode_mma_body<T, D>(p);                                                                                  \
     }

@@ -45,16 +45,34 @@ pub const REDUCE_THREADS: u32 = 256;
 /// stages (DECODE_STREAM_RING_BYTES in kernels/cuda/decode_stream.cuh).
 pub const STREAM_RING_BYTES: u32 = 65536;
 
-/// Dynamic shared memory of every tensor-core kernel launch
-/// (DECODE_MMA_RING_BYTES in kernels/cuda/decode_mma.cuh).
+/// Dynamic shared memory of a tensor-core kernel launch up to head_dim 128,
+/// two CTAs per multiprocessor (DECODE_MMA_RING_BYTES in
+/// kernels/cuda/decode_mma.cuh).
 pub const MMA_RING_BYTES: u32 = 98304;
+
+/// Dynamic shared memory of a tensor-core kernel launch at head_dim 256, one
+/// CTA per multiprocessor: a ring twice as big (DECODE_MMA_WIDE_RING_BYTES)
+/// and Q, 16 heads of 512 bytes (MmaGeometry<256>::SMEM_BYTES). Devices that
+/// cannot give a CTA this much (before sm_90) run head_dim 256 on the stream
+/// kernel.
+pub const MMA_WIDE_SHARED_BYTES: u32 = 196608 + 16 * 512;
 
 /// Query heads one CTA of the tensor-core kernel serves (the mma's M).
 pub const MMA_HEADS_PER_CTA: usize = 16;
 
-/// The largest head dim the tensor-core kernel has (its accumulators live in
-/// registers); wider heads run on the stream kernel.
-pub const MMA_MAX_HEAD_DIM: usize = 128;
+/// The head dims the tensor-core kernel is instantiated for (its
+/// accumulators live in registers: up to 128, and 256 with Q in shared
+/// memory); others (192) run on the stream kernel.
+pub const MMA_HEAD_DIMS: [usize; 7] = [64, 80, 96, 112, 120, 128, 256];
+
+/// The tensor-core kernel's dynamic shared memory at `head_dim`.
+fn mma_shared_bytes(head_dim: usize) -> u32 {
+    if head_dim > 128 {
+        MMA_WIDE_SHARED_BYTES
+    } else {
+        MMA_RING_BYTES
+    }
+}
 
 /// Query heads times head dim that one CTA of the staged kernel can hold (it
 /// stages the whole query group in shared memory). The stream kernel has no
@@ -99,12 +117,13 @@ pub enum KernelSource {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DecodeKernel {
     /// The tensor-core kernel where it applies (f16 and bf16 with head_dim
-    /// up to 128, power-of-two kernel block sizes), the stream kernel
-    /// elsewhere.
+    /// up to 128, or 256 on sm_90 and later; power-of-two kernel block
+    /// sizes), the stream kernel elsewhere.
     #[default]
     Auto,
     /// kernels/cuda/decode_mma.cuh: QK^T and PV as mma.m16n8k16 on 16-token
-    /// tiles, up to 16 query heads per CTA. f16/bf16, head_dim <= 128 and
+    /// tiles, up to 16 query heads per CTA. f16/bf16, head_dim <= 128 or
+    /// 256 (where a CTA may have 200 KiB of shared memory: sm_90), and
     /// power-of-two kernel block sizes only.
     Mma,
     /// kernels/cuda/decode_stream.cuh: warps stream their own tokens through
@@ -267,6 +286,9 @@ pub struct CudaBackend {
     max_heads_per_cta: usize,
     /// What is launched programmatically (`Off` below sm_90).
     programmatic_launch: ProgrammaticLaunch,
+    /// Shared memory one CTA may opt in to (232448 bytes on sm_90, 166912 on
+    /// sm_80): whether the tensor-core kernel's head_dim 256 fits.
+    max_shared_per_cta: usize,
 }
 
 impl CudaBackend {
@@ -309,6 +331,8 @@ impl CudaBackend {
         let mem_bandwidth_gbps = if peak_gbps > 0.0 { 0.9 * peak_gbps } else { 2000.0 };
         let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let programmatic_launch = if major >= 9 { options.programmatic_launch } else { ProgrammaticLaunch::Off };
+        let max_shared_per_cta =
+            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?.max(0) as usize;
         let mut backend = CudaBackend {
             props: DeviceProps {
                 name: ctx.name().map_err(driver_error)?,
@@ -330,6 +354,7 @@ impl CudaBackend {
             kernel: options.kernel,
             max_heads_per_cta: if options.max_heads_per_cta == 0 { 8 } else { options.max_heads_per_cta },
             programmatic_launch,
+            max_shared_per_cta,
         };
         // The kernel in use at a Llama-3-8B layer (bf16, d = 128, 16-token
         // blocks); `plan` asks per problem.
@@ -356,7 +381,7 @@ impl CudaBackend {
                 grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(MMA_HEADS_PER_CTA) as u32, num_splits),
                 threads: DECODE_THREADS,
                 reduce_threads: REDUCE_THREADS,
-                shared_mem_bytes: MMA_RING_BYTES,
+                shared_mem_bytes: mma_shared_bytes(shape.head_dim),
                 programmatic: true,
             },
             DecodeKernel::Stream => {
@@ -393,9 +418,9 @@ impl CudaBackend {
     }
 
     /// The kernel that runs `problem`: `Auto` resolved.
-    fn kernel_for(&self, problem: &DecodeProblem) -> DecodeKernel {
+    pub fn kernel_for(&self, problem: &DecodeProblem) -> DecodeKernel {
         match self.kernel {
-            DecodeKernel::Auto if mma_applies(problem) => DecodeKernel::Mma,
+            DecodeKernel::Auto if mma_applies(problem, self.max_shared_per_cta) => DecodeKernel::Mma,
             DecodeKernel::Auto => DecodeKernel::Stream,
             chosen => chosen,
         }
@@ -483,7 +508,9 @@ impl CudaBackend {
         } else if name.starts_with("decode_stream_") {
             STREAM_RING_BYTES
         } else if name.starts_with("decode_mma_") {
-            MMA_RING_BYTES
+            // decode_mma_{dtype}_d{head_dim}
+            let head_dim = name.rsplit("_d").next().and_then(|d| d.parse().ok()).unwrap_or(0);
+            mma_shared_bytes(head_dim)
         } else {
             0
         };
@@ -621,15 +648,20 @@ struct Launch {
 }
 
 /// Whether the tensor-core kernel takes `problem`: it has an instantiation
-/// for its element type and head dim, and a block table's kernel block size
-/// is a power of two (it locates tokens with a shift and a mask; other sizes
-/// go to the stream kernel).
-fn mma_applies(problem: &DecodeProblem) -> bool {
+/// for its element type and head dim, a CTA of it fits the device's
+/// `max_shared_per_cta` bytes of shared memory, and a block table's kernel
+/// block size is a power of two (it locates tokens with a shift and a mask;
+/// other sizes go to the stream kernel).
+fn mma_applies(problem: &DecodeProblem, max_shared_per_cta: usize) -> bool {
     let pow2_blocks = match problem.layout {
         KvLayout::BlockTable { kernel_block_size, .. } => kernel_block_size.is_power_of_two(),
         KvLayout::TokenIndices { .. } => true,
     };
-    matches!(problem.dtypes.q, DType::F16 | DType::Bf16) && problem.shape.head_dim <= MMA_MAX_HEAD_DIM && pow2_blocks
+    let head_dim = problem.shape.head_dim;
+    matches!(problem.dtypes.q, DType::F16 | DType::Bf16)
+        && MMA_HEAD_DIMS.contains(&head_dim)
+        && mma_shared_bytes(head_dim) as usize <= max_shared_per_cta
+        && pow2_blocks
 }
 
 fn dtype_suffix(dtype: DType) -> &'static str {
@@ -670,13 +702,14 @@ impl DecodeAttention for CudaBackend {
                 why: "the CUDA kernels take one element type for Q, KV and output",
             });
         }
-        if self.kernel == DecodeKernel::Mma && !mma_applies(problem) {
+        if self.kernel == DecodeKernel::Mma && !mma_applies(problem, self.max_shared_per_cta) {
             return Err(Error::Unsupported {
                 backend: BACKEND,
                 what: format!(
-                    "the tensor-core kernel (DECODE_ATTN_CUDA_KERNEL=mma) takes f16 or bf16 with head_dim <= \
-                     {MMA_MAX_HEAD_DIM} and power-of-two kernel block sizes, not {:?} at head_dim {} with {:?}",
-                    problem.dtypes.q, problem.shape.head_dim, problem.layout
+                    "the tensor-core kernel (DECODE_ATTN_CUDA_KERNEL=mma) takes f16 or bf16 with head_dim in \
+                     {MMA_HEAD_DIMS:?} (256 where a CTA may have {MMA_WIDE_SHARED_BYTES} bytes of shared memory; \
+                     this device: {}) and power-of-two kernel block sizes, not {:?} at head_dim {} with {:?}",
+                    self.max_shared_per_cta, problem.dtypes.q, problem.shape.head_dim, problem.layout
                 ),
             });
         }
@@ -842,13 +875,29 @@ mod tests {
         DecodeProblem::new(shape, DTypes::uniform(dtype), layout, vec![100]).expect("a valid problem")
     }
 
+    /// Opt-in shared memory per CTA of an H100/H200 (sm_90) and an A100 (sm_80).
+    const SM90_SHARED: usize = 232448;
+    const SM80_SHARED: usize = 166912;
+
     #[test]
     fn the_tensor_core_kernel_takes_power_of_two_blocks_only() {
-        assert!(mma_applies(&problem(DType::Bf16, 128, KvLayout::block_table(16))));
-        assert!(mma_applies(&problem(DType::F16, 128, KvLayout::block_table(64))));
-        assert!(mma_applies(&problem(DType::Bf16, 128, KvLayout::token_indices(1))));
+        assert!(mma_applies(&problem(DType::Bf16, 128, KvLayout::block_table(16)), SM90_SHARED));
+        assert!(mma_applies(&problem(DType::F16, 128, KvLayout::block_table(64)), SM90_SHARED));
+        assert!(mma_applies(&problem(DType::Bf16, 128, KvLayout::token_indices(1)), SM90_SHARED));
         // 48-token blocks: a shift and a mask would locate the wrong tokens.
-        assert!(!mma_applies(&problem(DType::Bf16, 128, KvLayout::block_table(48))));
-        assert!(!mma_applies(&problem(DType::F32, 128, KvLayout::block_table(16))));
+        assert!(!mma_applies(&problem(DType::Bf16, 128, KvLayout::block_table(48)), SM90_SHARED));
+        assert!(!mma_applies(&problem(DType::F32, 128, KvLayout::block_table(16)), SM90_SHARED));
+    }
+
+    #[test]
+    fn head_dim_256_takes_the_tensor_core_kernel_where_its_shared_memory_fits() {
+        let wide = problem(DType::Bf16, 256, KvLayout::block_table(16));
+        assert!(mma_applies(&wide, SM90_SHARED));
+        assert!(!mma_applies(&wide, SM80_SHARED), "{MMA_WIDE_SHARED_BYTES} bytes do not fit an A100's CTA");
+        // Head dim 128 fits both; 192 has no instantiation.
+        assert!(mma_applies(&problem(DType::F16, 128, KvLayout::block_table(16)), SM80_SHARED));
+        assert!(!mma_applies(&problem(DType::Bf16, 192, KvLayout::block_table(16)), SM90_SHARED));
+        assert_eq!(mma_shared_bytes(256), MMA_WIDE_SHARED_BYTES);
+        assert_eq!(mma_shared_bytes(128), MMA_RING_BYTES);
     }
 }

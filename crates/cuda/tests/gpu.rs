@@ -379,3 +379,39 @@ fn auto_plans_each_problem_with_the_figures_of_the_kernel_that_runs_it() {
         );
     }
 }
+
+#[test]
+#[serial]
+fn head_dim_256_runs_on_the_tensor_core_kernel_where_it_fits_and_matches_the_reference() {
+    let Some(backend) = backend(KernelSource::Auto) else { return };
+    let (major, _) = backend.compute_capability().unwrap();
+    let lens = vec![1, 17, 300, 1000, 4133];
+    for dtype in [DType::Bf16, DType::F16] {
+        // Gemma-2's heads (16/8, d = 256) and a group of 16, one full CTA of heads.
+        for (num_q_heads, num_kv_heads) in [(16, 8), (32, 2)] {
+            let p = DecodeProblem::new(
+                AttentionShape::new(num_q_heads, num_kv_heads, 256).unwrap(),
+                DTypes::uniform(dtype),
+                KvLayout::block_table(16),
+                lens.clone(),
+            )
+            .unwrap();
+            // sm_90 gives a CTA the 200 KiB it needs; sm_80 does not.
+            let expected =
+                if major >= 9 { decode_attn_cuda::DecodeKernel::Mma } else { decode_attn_cuda::DecodeKernel::Stream };
+            assert_eq!(backend.kernel_for(&p), expected, "compute capability {major}");
+            let batch = HostBatch::random(&p, 11);
+            let reference = decode_reference(&batch, p.shape.default_scale());
+            for policy in ["fixed:1", "fixed:3", "fixed:37", "auto"] {
+                let plan = backend.plan(&p, policy.parse().unwrap()).unwrap();
+                // Fresh, NaN-filled output per run: an element left unwritten fails.
+                let mut device = DeviceBatch::new(&backend, &batch, plan.workspace_bytes);
+                backend.decode(&plan, device.args(true)).unwrap();
+                let out = download_f32(&backend, &device.out, dtype);
+                let err = relative_error(&out, &reference);
+                eprintln!("{dtype:?} h {num_q_heads}/{num_kv_heads} d 256 {policy}: relerr {err:.2e}");
+                assert!(err < 1e-2, "{dtype:?} h {num_q_heads}/{num_kv_heads} d 256 {policy}: relerr {err}");
+            }
+        }
+    }
+}

@@ -19,8 +19,8 @@
 //
 // Shared memory: __shared__ is `static` (one copy for the CTA's fibers, one
 // CTA at a time); a kernel's dynamic shared memory (DA_DYNAMIC_SHARED, the
-// stream kernel's ring) is emu::dynamic_smem, DECODE_STREAM_RING_BYTES as the
-// host launches it, filled with 0xff bytes (NaN as f32) before every CTA so that
+// rings of the stream and tensor-core kernels) is emu::dynamic_smem, at least the
+// largest the host launches, filled with 0xff bytes (NaN as f32) before every CTA so that
 // a read of a byte never written shows.
 #pragma once
 
@@ -108,7 +108,7 @@ inline ucontext_t sched;
 inline dim3 block_idx, grid_dim, block_dim;
 inline float shfl_buf[kMaxThreads];
 // The dynamic shared memory of a launch (see the top).
-constexpr size_t kDynamicSharedBytes = 98304;  // the larger ring: decode_mma.cuh's
+constexpr size_t kDynamicSharedBytes = 204800;  // the largest: decode_mma.cuh's at head_dim 256
 alignas(16) inline unsigned char dynamic_smem[kDynamicSharedBytes];
 inline void (*entry)(const void*) = nullptr;
 inline const void* entry_arg = nullptr;

@@ -101,14 +101,15 @@ static StreamKerns find_stream_kernels(int dt, int d) {
     fprintf(stderr, "no stream kernel %d %d\n", dt, d);
     exit(2);
 }
-// The tensor-core kernel (f16/bf16, d <= 128); its splits use the stream reducer.
+// The tensor-core kernel (f16/bf16, d <= 128 and 256); its splits use the stream reducer.
 typedef void (*MmaKern)(const DecodeParams);
 struct MmaKerns {
     int dt, d;
     MmaKern kernel;
 };
 #define MK(TN, DTV, D) {DTV, D, decode_mma_##TN##_d##D}
-#define MK_ALL(TN, DTV) MK(TN, DTV, 64), MK(TN, DTV, 80), MK(TN, DTV, 96), MK(TN, DTV, 112), MK(TN, DTV, 120), MK(TN, DTV, 128)
+#define MK_ALL(TN, DTV) \
+    MK(TN, DTV, 64), MK(TN, DTV, 80), MK(TN, DTV, 96), MK(TN, DTV, 112), MK(TN, DTV, 120), MK(TN, DTV, 128), MK(TN, DTV, 256)
 static MmaKerns mma_kernels[] = {MK_ALL(f16, F16), MK_ALL(bf16, BF16)};
 static bool has_mma_kernel(int dt, int d) {
     for (auto& k : mma_kernels)
@@ -306,7 +307,7 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
         const StreamKerns sk = find_stream_kernels(P.c.dt, P.c.d);
         const int head_groups = (P.c.g + DECODE_MMA_HEADS - 1) / DECODE_MMA_HEADS;
         DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d), dim3(P.B, P.c.hkv * head_groups, P.c.num_splits), DECODE_THREADS,
-                      DECODE_MMA_RING_BYTES, s, p);
+                      P.c.d > 128 ? MmaGeometry<256>::SMEM_BYTES : MmaGeometry<128>::SMEM_BYTES, s, p);
         if (P.c.num_splits > 1) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_REDUCE_THREADS, s, p);
         return;
     }
