@@ -128,12 +128,15 @@ struct MmaGeometry {
     DA_DEVICE static int v_swizzle(int row, int chunk) { return chunk ^ (((row >> 1) & 3) << 1); }
 };
 
-// A token's block-table position is a shift and a mask: a division by the
-// run-time block size is about 20 dependent instructions on the path to the
-// first KV copy. A second instantiation that kept the division for other
-// block sizes doubled the kernel's code and made small calls slower
-// (docs/perf-notes.md).
-template <typename T, int HEAD_DIM>
+// POW2_BLOCKS: a token's block-table position is a shift and a mask, as
+// every power-of-two block size allows: a division by the run-time block
+// size is about 20 dependent instructions on the path to the first KV copy.
+// Other block sizes (multiples of 16 such as 48, or the odd sizes engines
+// pick to line attention pages up with other state) take the division, in
+// their own entry point: a version that chose between the two inside one
+// function made every small call 20-40% slower (docs/perf-notes.md), and a
+// separate function leaves the power-of-two one's code as it was.
+template <typename T, int HEAD_DIM, bool POW2_BLOCKS>
 DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     using G = MmaGeometry<HEAD_DIM>;
     using M = MmaElem<T>;
@@ -145,12 +148,14 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     if (!cta_work<HEADS>(p, work)) return;
     const int b = work.b, kv_head = work.kv_head, head0 = work.head0, num_heads = work.num_heads, split = work.split;
     const SeqInfo seq = work.seq;
-    // With a block table the block size must be a power of two (the host
-    // sends other sizes to the stream kernel); any other is reported as bad
-    // input and no tile is read (a shift would index past the table row).
+    // With a block table the block size must be one this entry point locates
+    // (a power of two, or any multiple of the tile); any other is reported as
+    // bad input and no tile is read (a shift would index past the table row,
+    // a tile across two blocks would read another block's slots).
     const bool block_table = p.layout == DECODE_LAYOUT_BLOCK_TABLE;
-    const bool pow2_blocks = (p.block_size & (p.block_size - 1)) == 0;
-    int bad = seq.ok && (pow2_blocks || !block_table) ? 0 : 1;
+    const bool blocks_ok = POW2_BLOCKS ? (p.block_size & (p.block_size - 1)) == 0
+                                       : p.block_size > 0 && p.block_size % TILE == 0;
+    int bad = seq.ok && (blocks_ok || !block_table) ? 0 : 1;
     const long long start = work.start, end = bad ? work.start : work.end;
     const int warp = threadIdx.x / DA_WARP_SIZE;
     const int lane = threadIdx.x % DA_WARP_SIZE;
@@ -198,6 +203,8 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     const int* index = index_row(p, b, seq);
     const int block_shift = da_ffs(p.block_size) - 1;
     const int block_mask = p.block_size - 1;
+    // The divisor of the other block sizes; never zero (a bad one reads no tile).
+    const int block_divisor = POW2_BLOCKS || blocks_ok ? p.block_size : TILE;
 
     // Where this lane's copies of the tile starting at `first` come from:
     // rows lane / PITCH + ROWS_PER_COPY * i, chunk lane % PITCH. A tile lies
@@ -227,7 +234,9 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     // round trip before the next tile's copies can start (the timeline probe
     // showed the prologue's stages issued one L2 round trip apart).
     auto entry = [&](long long first) {
-        return block_table && first < end ? __ldg(index + ((int)first >> block_shift)) : 0;
+        return block_table && first < end
+                   ? __ldg(index + (POW2_BLOCKS ? (int)first >> block_shift : (int)first / block_divisor))
+                   : 0;
     };
     auto locate = [&](long long first, int raw) {
         const long long left = end - first;
@@ -238,7 +247,8 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
         if (block_table) {
             // The tile's rows are consecutive slots of one kernel block; rows
             // at or past `rows_ok` fall outside the pool (none for padding).
-            const long long slot0 = (long long)raw * p.block_size + ((int)first & block_mask);
+            const int in_block = POW2_BLOCKS ? (int)first & block_mask : (int)first % block_divisor;
+            const long long slot0 = (long long)raw * p.block_size + in_block;
             const long long room = p.num_slots - slot0;
             const int rows_ok = raw < 0 || room <= 0 ? 0 : room >= TILE ? TILE : (int)room;
             if (rows_ok < rows_live) bad = 1;
@@ -440,8 +450,14 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     DA_STAMP(0, 6);
 }
 
-#define DA_MMA_ENTRY(T, TNAME, D)                                                                                  \
-    extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)                      \
-        decode_mma_##TNAME##_d##D(const DecodeParams p) {                                                             \
-        decode_mma_body<T, D>(p);                                                                                  \
+// decode_mma_*: power-of-two block sizes and token indices;
+// decode_mma_*_anyblock: a block table with any block size (a multiple of 16).
+#define DA_MMA_ENTRY(T, TNAME, D)                                                                         \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \
+        decode_mma_##TNAME##_d##D(const DecodeParams p) {                                                    \
+        decode_mma_body<T, D, true>(p);                                                                   \
+    }                                                                                                     \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \
+        decode_mma_##TNAME##_d##D##_anyblock(const DecodeParams p) {                                         \
+        decode_mma_body<T, D, false>(p);                                                                  \
     }

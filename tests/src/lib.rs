@@ -109,9 +109,10 @@ pub fn cases(sweep: Sweep) -> Vec<Case> {
     let layouts = [
         KvLayout::block_table(16),
         KvLayout::block_table(32),
-        // Not a power of two: the CUDA backend sends it to the stream kernel (the
-        // tensor-core kernel locates tokens with a shift and a mask).
+        // Not a power of two: the CUDA tensor-core kernel's other entry point
+        // (a division where powers of two take a shift and a mask).
         KvLayout::block_table(48),
+        KvLayout::block_table(80),
         KvLayout::BlockTable { kernel_block_size: 16, allocator_block_size: 64 },
         KvLayout::token_indices(1),
         KvLayout::token_indices(8),

@@ -56,9 +56,9 @@ enum Command {
     /// Planned for an H100/H200-class GPU with the tensor-core kernel's
     /// figures, without a device. On a GPU the library plans each problem
     /// with the figures of the kernel that runs it: problems that go to the
-    /// CUDA stream kernel (f32, head_dim 192, block sizes that are not powers
-    /// of two) get more splits there than shown here, and head_dim 256 (one
-    /// tensor-core CTA per multiprocessor) may get other split counts.
+    /// CUDA stream kernel (f32, head_dim 192) get more splits there than
+    /// shown here, and head_dim 256 (one tensor-core CTA per multiprocessor)
+    /// may get other split counts.
     Plan(PlanArgs),
     /// Time decode per shape against copy bandwidth, after checking each result.
     Bench(bench::BenchArgs),

@@ -17,10 +17,10 @@ pub const GPU_REDUCE_CTA_GBPS: f64 = 26.0;
 pub const GPU_LONE_CTA_SHARE: f64 = 0.95;
 
 /// [`DeviceProps::lone_cta_share`] of the CUDA stream kernel (CUDA cores; what
-/// `auto` runs for f32, head_dim 192, head_dim 256 before sm_90 and block
-/// sizes that are not powers of two) on an H200, where three of its CTAs fit on a multiprocessor: it
-/// is bound by instruction issue, not by memory. Llama-3-8B, bf16, 48-token
-/// blocks, B = 16, s = 4096: 128 CTAs (one per SM) 193 us, 256 (two) 126 us,
+/// `auto` runs for f32, head_dim 192 and head_dim 256 before sm_90) on an
+/// H200, where three of its CTAs fit on a multiprocessor: it is bound by
+/// instruction issue, not by memory. Llama-3-8B, bf16, 48-token blocks (then
+/// run on it), B = 16, s = 4096: 128 CTAs (one per SM) 193 us, 256 (two) 126 us,
 /// 384 (three) 109 us; 10.9, 16.6 and 19.2 GB/s per multiprocessor
 /// (docs/measurements/2026-12-02-s6-stream-kernel-sweep.log).
 pub const GPU_STREAM_LONE_CTA_SHARE: f64 = 0.55;

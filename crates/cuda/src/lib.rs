@@ -117,14 +117,12 @@ pub enum KernelSource {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DecodeKernel {
     /// The tensor-core kernel where it applies (f16 and bf16 with head_dim
-    /// up to 128, or 256 on sm_90 and later; power-of-two kernel block
-    /// sizes), the stream kernel elsewhere.
+    /// up to 128, or 256 on sm_90 and later), the stream kernel elsewhere.
     #[default]
     Auto,
     /// kernels/cuda/decode_mma.cuh: QK^T and PV as mma.m16n8k16 on 16-token
     /// tiles, up to 16 query heads per CTA. f16/bf16, head_dim <= 128 or
-    /// 256 (where a CTA may have 200 KiB of shared memory: sm_90), and
-    /// power-of-two kernel block sizes only.
+    /// 256 (where a CTA may have 200 KiB of shared memory: sm_90) only.
     Mma,
     /// kernels/cuda/decode_stream.cuh: warps stream their own tokens through
     /// a per-warp cp.async ring; CUDA-core math. Every dtype and head dim.
@@ -376,7 +374,7 @@ impl CudaBackend {
         let num_kv_heads = shape.num_kv_heads as u32;
         match self.kernel_for(problem) {
             DecodeKernel::Auto | DecodeKernel::Mma => Launch {
-                main: format!("decode_mma_{suffix}"),
+                main: mma_function(problem),
                 reduce: format!("decode_stream_reduce_{suffix}"),
                 grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(MMA_HEADS_PER_CTA) as u32, num_splits),
                 threads: DECODE_THREADS,
@@ -444,7 +442,7 @@ impl CudaBackend {
         };
         let launch = self.launches(problem, 1);
         let ctas_per_sm = self
-            .function(&launch.main)?
+            .function(&launch.main, launch.shared_mem_bytes)?
             .occupancy_max_active_blocks_per_multiprocessor(launch.threads, launch.shared_mem_bytes as usize, None)
             .map_err(driver_error)?;
         Ok(DeviceProps { ctas_per_sm: ctas_per_sm.max(1), tiles_per_cta_step, lone_cta_share, ..self.props.clone() })
@@ -487,7 +485,10 @@ impl CudaBackend {
         Ok(start.elapsed_ms(&end).map_err(driver_error)? as f64 * 1e3)
     }
 
-    fn function(&self, name: &str) -> Result<CudaFunction> {
+    /// The loaded kernel `name`, opted in (once, when first loaded) to the
+    /// `dynamic_shared_bytes` its launches use; every launch of one function
+    /// uses the same amount.
+    fn function(&self, name: &str, dynamic_shared_bytes: u32) -> Result<CudaFunction> {
         let mut functions = self.functions.lock().map_err(|_| Error::Device {
             backend: BACKEND,
             message: "kernel table lock poisoned by an earlier panic".into(),
@@ -503,22 +504,11 @@ impl CudaBackend {
             backend: BACKEND,
             message: format!("kernel {name} missing from the loaded module ({}): {e}", self.kernel_origin),
         })?;
-        let ring_bytes = if name.starts_with("decode_stream_reduce_") {
-            0
-        } else if name.starts_with("decode_stream_") {
-            STREAM_RING_BYTES
-        } else if name.starts_with("decode_mma_") {
-            // decode_mma_{dtype}_d{head_dim}
-            let head_dim = name.rsplit("_d").next().and_then(|d| d.parse().ok()).unwrap_or(0);
-            mma_shared_bytes(head_dim)
-        } else {
-            0
-        };
-        if ring_bytes > 0 {
+        if dynamic_shared_bytes > 0 {
             // Above 48 KB of dynamic shared memory needs an explicit opt-in per function.
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                ring_bytes as i32,
+                dynamic_shared_bytes as i32,
             )
             .map_err(driver_error)?;
         }
@@ -648,20 +638,27 @@ struct Launch {
 }
 
 /// Whether the tensor-core kernel takes `problem`: it has an instantiation
-/// for its element type and head dim, a CTA of it fits the device's
-/// `max_shared_per_cta` bytes of shared memory, and a block table's kernel
-/// block size is a power of two (it locates tokens with a shift and a mask;
-/// other sizes go to the stream kernel).
+/// for its element type and head dim, and a CTA of it fits the device's
+/// `max_shared_per_cta` bytes of shared memory. Every kernel block size the
+/// layout accepts (a multiple of 16) has an entry point.
 fn mma_applies(problem: &DecodeProblem, max_shared_per_cta: usize) -> bool {
-    let pow2_blocks = match problem.layout {
-        KvLayout::BlockTable { kernel_block_size, .. } => kernel_block_size.is_power_of_two(),
-        KvLayout::TokenIndices { .. } => true,
-    };
     let head_dim = problem.shape.head_dim;
     matches!(problem.dtypes.q, DType::F16 | DType::Bf16)
         && MMA_HEAD_DIMS.contains(&head_dim)
         && mma_shared_bytes(head_dim) as usize <= max_shared_per_cta
-        && pow2_blocks
+}
+
+/// The tensor-core kernel's entry point for `problem`: power-of-two block
+/// sizes (and token indices) locate a tile with a shift and a mask, other
+/// block sizes have their own entry point, with a division.
+fn mma_function(problem: &DecodeProblem) -> String {
+    let name = format!("decode_mma_{}_d{}", dtype_suffix(problem.dtypes.q), problem.shape.head_dim);
+    match problem.layout {
+        KvLayout::BlockTable { kernel_block_size, .. } if !kernel_block_size.is_power_of_two() => {
+            format!("{name}_anyblock")
+        }
+        _ => name,
+    }
 }
 
 fn dtype_suffix(dtype: DType) -> &'static str {
@@ -708,8 +705,8 @@ impl DecodeAttention for CudaBackend {
                 what: format!(
                     "the tensor-core kernel (DECODE_ATTN_CUDA_KERNEL=mma) takes f16 or bf16 with head_dim in \
                      {MMA_HEAD_DIMS:?} (256 where a CTA may have {MMA_WIDE_SHARED_BYTES} bytes of shared memory; \
-                     this device: {}) and power-of-two kernel block sizes, not {:?} at head_dim {} with {:?}",
-                    self.max_shared_per_cta, problem.dtypes.q, problem.shape.head_dim, problem.layout
+                     this device: {}), not {:?} at head_dim {}",
+                    self.max_shared_per_cta, problem.dtypes.q, problem.shape.head_dim
                 ),
             });
         }
@@ -773,7 +770,7 @@ impl DecodeAttention for CudaBackend {
         let split = num_splits > 1;
         let launch = self.launches(problem, num_splits);
         let num_seqs = problem.num_seqs() as u32;
-        let main = self.function(&launch.main)?;
+        let main = self.function(&launch.main, launch.shared_mem_bytes)?;
         let config = LaunchConfig {
             grid_dim: launch.grid,
             block_dim: (launch.threads, 1, 1),
@@ -788,7 +785,7 @@ impl DecodeAttention for CudaBackend {
         // kernel waits (griddepcontrol.wait) before its first load.
         unsafe { self.launch(&main, config, &params, launch.programmatic && pdl.decode_kernel()) }?;
         if split {
-            let reduce = self.function(&launch.reduce)?;
+            let reduce = self.function(&launch.reduce, 0)?;
             let config = LaunchConfig {
                 grid_dim: (num_seqs, shape.num_q_heads as u32, 1),
                 block_dim: (launch.reduce_threads, 1, 1),
@@ -819,7 +816,7 @@ impl DecodeAttention for CudaBackend {
             head_dim: args.head_dim as i32,
             _pad: 0,
         });
-        let f = self.function(&format!("merge_attn_states_{}", dtype_suffix(args.dtype)))?;
+        let f = self.function(&format!("merge_attn_states_{}", dtype_suffix(args.dtype)), 0)?;
         let config = LaunchConfig {
             grid_dim: (args.num_tokens as u32, args.num_heads as u32, 1),
             block_dim: (DECODE_THREADS, 1, 1),
@@ -880,13 +877,22 @@ mod tests {
     const SM80_SHARED: usize = 166912;
 
     #[test]
-    fn the_tensor_core_kernel_takes_power_of_two_blocks_only() {
+    fn the_tensor_core_kernel_takes_f16_and_bf16_at_every_block_size() {
         assert!(mma_applies(&problem(DType::Bf16, 128, KvLayout::block_table(16)), SM90_SHARED));
         assert!(mma_applies(&problem(DType::F16, 128, KvLayout::block_table(64)), SM90_SHARED));
         assert!(mma_applies(&problem(DType::Bf16, 128, KvLayout::token_indices(1)), SM90_SHARED));
-        // 48-token blocks: a shift and a mask would locate the wrong tokens.
-        assert!(!mma_applies(&problem(DType::Bf16, 128, KvLayout::block_table(48)), SM90_SHARED));
+        assert!(mma_applies(&problem(DType::Bf16, 128, KvLayout::block_table(48)), SM90_SHARED));
         assert!(!mma_applies(&problem(DType::F32, 128, KvLayout::block_table(16)), SM90_SHARED));
+    }
+
+    #[test]
+    fn block_sizes_that_are_not_powers_of_two_have_their_own_entry_point() {
+        let name = |layout| mma_function(&problem(DType::Bf16, 128, layout));
+        assert_eq!(name(KvLayout::block_table(16)), "decode_mma_bf16_d128");
+        assert_eq!(name(KvLayout::block_table(64)), "decode_mma_bf16_d128");
+        assert_eq!(name(KvLayout::token_indices(1)), "decode_mma_bf16_d128");
+        assert_eq!(name(KvLayout::block_table(48)), "decode_mma_bf16_d128_anyblock");
+        assert_eq!(name(KvLayout::block_table(544)), "decode_mma_bf16_d128_anyblock");
     }
 
     #[test]

@@ -353,17 +353,25 @@ fn auto_plans_each_problem_with_the_figures_of_the_kernel_that_runs_it() {
     let auto = open(decode_attn_cuda::DecodeKernel::Auto);
     let stream = open(decode_attn_cuda::DecodeKernel::Stream);
     let mma = open(decode_attn_cuda::DecodeKernel::Mma);
-    // 48-token blocks go to the stream kernel, 16-token ones to the tensor-core kernel.
-    let on_stream = problem(KvLayout::block_table(48), vec![30000]);
+    // Head dim 192 goes to the stream kernel, 128 to the tensor-core kernel.
+    let on_stream = DecodeProblem::new(
+        AttentionShape::new(32, 8, 192).unwrap(),
+        DTypes::uniform(DType::Bf16),
+        KvLayout::block_table(16),
+        vec![30000],
+    )
+    .unwrap();
     let on_mma = problem(KvLayout::block_table(16), vec![30000]);
-    assert_eq!(&auto.props_for(&on_stream).unwrap(), stream.device_props());
+    assert_eq!(auto.kernel_for(&on_stream), decode_attn_cuda::DecodeKernel::Stream);
+    assert_eq!(auto.kernel_for(&on_mma), decode_attn_cuda::DecodeKernel::Mma);
+    assert_eq!(auto.props_for(&on_stream).unwrap(), stream.props_for(&on_stream).unwrap());
     assert_eq!(&auto.props_for(&on_mma).unwrap(), mma.device_props());
     assert_eq!(auto.plan(&on_stream, Policy::Auto).unwrap(), stream.plan(&on_stream, Policy::Auto).unwrap());
     assert_eq!(auto.plan(&on_mma, Policy::Auto).unwrap(), mma.plan(&on_mma, Policy::Auto).unwrap());
     // The stream kernel is bound by instruction issue: its plans count on
     // filling more of each multiprocessor than the tensor-core kernel's.
     assert!(auto.props_for(&on_stream).unwrap().lone_cta_share < auto.props_for(&on_mma).unwrap().lone_cta_share);
-    let shapes = [(32, 8, 128, 48), (32, 8, 128, 16), (8, 1, 128, 48), (16, 8, 256, 16), (32, 8, 256, 16)];
+    let shapes = [(32, 8, 128, 48), (32, 8, 128, 16), (8, 1, 128, 48), (16, 8, 192, 16), (16, 8, 256, 16)];
     for (num_q_heads, num_kv_heads, head_dim, block) in shapes {
         let p = DecodeProblem::new(
             AttentionShape::new(num_q_heads, num_kv_heads, head_dim).unwrap(),
@@ -412,6 +420,27 @@ fn head_dim_256_runs_on_the_tensor_core_kernel_where_it_fits_and_matches_the_ref
                 eprintln!("{dtype:?} h {num_q_heads}/{num_kv_heads} d 256 {policy}: relerr {err:.2e}");
                 assert!(err < 1e-2, "{dtype:?} h {num_q_heads}/{num_kv_heads} d 256 {policy}: relerr {err}");
             }
+        }
+    }
+}
+
+#[test]
+#[serial]
+fn block_sizes_that_are_not_powers_of_two_run_on_the_tensor_core_kernel_and_match_the_reference() {
+    let Some(backend) = backend(KernelSource::Auto) else { return };
+    // 48: a multiple of 16 between powers of two; 80 and 544: sizes engines
+    // pick to line attention pages up with other state, tiles mid-block.
+    for block in [48, 80, 544] {
+        let p = problem(KvLayout::block_table(block), vec![1, 47, 300, 1000, 5003]);
+        assert_eq!(backend.kernel_for(&p), decode_attn_cuda::DecodeKernel::Mma, "block {block}");
+        let batch = HostBatch::random(&p, 13);
+        let reference = decode_reference(&batch, p.shape.default_scale());
+        for policy in ["fixed:1", "fixed:5", "auto"] {
+            let plan = backend.plan(&p, policy.parse().unwrap()).unwrap();
+            let mut device = DeviceBatch::new(&backend, &batch, plan.workspace_bytes);
+            backend.decode(&plan, device.args(true)).unwrap();
+            let err = relative_error(&download_f32(&backend, &device.out, DType::Bf16), &reference);
+            assert!(err < 1e-2, "block {block} {policy}: relerr {err}");
         }
     }
 }

@@ -105,9 +105,10 @@ static StreamKerns find_stream_kernels(int dt, int d) {
 typedef void (*MmaKern)(const DecodeParams);
 struct MmaKerns {
     int dt, d;
-    MmaKern kernel;
+    MmaKern kernel;    // power-of-two block sizes, token indices
+    MmaKern anyblock;  // any block size (a multiple of 16)
 };
-#define MK(TN, DTV, D) {DTV, D, decode_mma_##TN##_d##D}
+#define MK(TN, DTV, D) {DTV, D, decode_mma_##TN##_d##D, decode_mma_##TN##_d##D##_anyblock}
 #define MK_ALL(TN, DTV) \
     MK(TN, DTV, 64), MK(TN, DTV, 80), MK(TN, DTV, 96), MK(TN, DTV, 112), MK(TN, DTV, 120), MK(TN, DTV, 128), MK(TN, DTV, 256)
 static MmaKerns mma_kernels[] = {MK_ALL(f16, F16), MK_ALL(bf16, BF16)};
@@ -116,9 +117,13 @@ static bool has_mma_kernel(int dt, int d) {
         if (k.dt == dt && k.d == d) return true;
     return false;
 }
-static MmaKern find_mma_kernel(int dt, int d) {
+// As lib.rs mma_function: the anyblock entry for block sizes that are not
+// powers of two, unless `pow2_entry` (a test that it rejects them).
+static bool pow2_entry = false;
+static MmaKern find_mma_kernel(int dt, int d, int layout, int bs) {
+    const bool anyblock = layout == DECODE_LAYOUT_BLOCK_TABLE && (bs & (bs - 1)) != 0 && !pow2_entry;
     for (auto& k : mma_kernels)
-        if (k.dt == dt && k.d == d) return k.kernel;
+        if (k.dt == dt && k.d == d) return anyblock ? k.anyblock : k.kernel;
     fprintf(stderr, "no mma kernel %d %d\n", dt, d);
     exit(2);
 }
@@ -306,7 +311,7 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
     if (kernel == MMA) {
         const StreamKerns sk = find_stream_kernels(P.c.dt, P.c.d);
         const int head_groups = (P.c.g + DECODE_MMA_HEADS - 1) / DECODE_MMA_HEADS;
-        DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d), dim3(P.B, P.c.hkv * head_groups, P.c.num_splits), DECODE_THREADS,
+        DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d, P.c.layout, P.c.bs), dim3(P.B, P.c.hkv * head_groups, P.c.num_splits), DECODE_THREADS,
                       P.c.d > 128 ? MmaGeometry<256>::SMEM_BYTES : MmaGeometry<128>::SMEM_BYTES, s, p);
         if (P.c.num_splits > 1) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_REDUCE_THREADS, s, p);
         return;
@@ -392,9 +397,10 @@ static void check_one(const Case& c, const char* label, int kernel) {
     const double rtol = c.dt == F32 ? 2e-5 : c.dt == F16 ? 2e-3 : 1.6e-2;
     double worst = 0;
     std::vector<double> ref;
-    // The tensor-core kernel takes power-of-two block sizes only (the host
-    // sends others to the stream kernel) and reports any other as bad input.
-    const bool mma_rejects = kernel == MMA && c.layout == DECODE_LAYOUT_BLOCK_TABLE && (c.bs & (c.bs - 1)) != 0;
+    // The tensor-core kernel's power-of-two entry point reports any other
+    // block size as bad input (the host sends those to the anyblock entry).
+    const bool mma_rejects =
+        kernel == MMA && pow2_entry && c.layout == DECODE_LAYOUT_BLOCK_TABLE && (c.bs & (c.bs - 1)) != 0;
     for (int b = 0; b < P.B; ++b)
         for (int h = 0; h < P.hq; ++h) {
             bool ok = reference(P, b, h, ref) && !mma_rejects;
@@ -603,10 +609,20 @@ int main(int argc, char** argv) {
             check_case({dt, d, 2, std::min(4, gmax), 0, 16, {1, 17, 300, 0, 33}, 1, 1, {}}, "");
             check_case({dt, d, 1, gmax, 1, 16, {45, 513, 16}, 3, 1, {}}, "g max, split");
             check_case({dt, d, 3, 7, 0, 48, {77, 1, 129}, 4, 1, {}}, "g 7");
+            if (d == 128 || d == 256) {
+                // Sizes engines pick to line attention pages up with other
+                // state: not powers of two, tiles in the middle of a block.
+                check_case({dt, d, 2, 4, 0, 80, {1000, 17, 161, 0}, 3, 1, {}}, "80-token blocks", 1 << MMA);
+                check_case({dt, d, 1, 8, 0, 544, {2000, 545, 1}, 2, 1, {}}, "544-token blocks", 1 << MMA);
+            }
             check_case({dt, d, 2, 1, 1, 16, {255, 31}, 1, 1, {}}, "g 1");
             check_case({dt, d, 2, 2, 0, 32, {100, 7}, 2, 1, {}}, "g 2");
             check_case({dt, d, 1, 3, 1, 16, {70, 300}, 1, 1, {}}, "g 3");
         }
+    // The power-of-two entry point given 48-token blocks: NaN, no tile read.
+    pow2_entry = true;
+    check_case({BF16, 128, 2, 4, 0, 48, {300, 1}, 2, 1, {}}, "pow2 entry, 48-token blocks", 1 << MMA);
+    pow2_entry = false;
     // Splits: the planner's shapes, surplus splits, min tiles, empty sequences.
     // (The three long ones run the staged kernel only; the stream kernel gets
     // the same shapes with 2 KV heads and a shorter long sequence, as emulating
