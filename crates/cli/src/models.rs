@@ -41,6 +41,14 @@ pub const MODELS: &[Model] = &[
     Model { name: "qwen2-72b", num_q_heads: 64, num_kv_heads: 8, head_dim: 128, about: "Qwen2(.5)-72B on one GPU" },
     Model { name: "gemma2-9b", num_q_heads: 16, num_kv_heads: 8, head_dim: 256, about: "Gemma-2-9B: head dim 256" },
     Model { name: "phi3-mini", num_q_heads: 32, num_kv_heads: 32, head_dim: 96, about: "Phi-3-mini: no GQA, d 96" },
+    Model {
+        name: "starcoder-15b",
+        num_q_heads: 48,
+        num_kv_heads: 1,
+        head_dim: 128,
+        about: "StarCoder-15B: multi-query, a group of 48",
+    },
+    Model { name: "falcon-7b", num_q_heads: 71, num_kv_heads: 1, head_dim: 64, about: "Falcon-7B: multi-query, d 64" },
 ];
 
 /// For clap: a model by name, or the list of known names.

@@ -53,6 +53,12 @@ pub struct DeviceProps {
     /// lower where each CTA is bound by instruction issue.
     #[serde(default = "gpu_lone_cta_share")]
     pub lone_cta_share: f64,
+    /// Query heads one CTA serves at most: a KV head whose group is larger
+    /// takes `ceil(group / this)` CTAs per split, each streaming the KV
+    /// head's tokens (16 on the CUDA tensor-core kernel, the mma's M). 0: one
+    /// CTA serves a whole group, whatever its size.
+    #[serde(default)]
+    pub max_query_heads_per_cta: u32,
 }
 
 fn one() -> u32 {
@@ -75,6 +81,15 @@ impl DeviceProps {
             reduce_cta_gbps: GPU_REDUCE_CTA_GBPS,
             tiles_per_cta_step: 4,
             lone_cta_share: GPU_LONE_CTA_SHARE,
+            max_query_heads_per_cta: 16,
+        }
+    }
+
+    /// CTAs per (sequence, KV head, split) for query groups of `group_size`.
+    pub fn head_groups(&self, group_size: usize) -> u64 {
+        match self.max_query_heads_per_cta {
+            0 => 1,
+            heads => (group_size.max(1) as u64).div_ceil(heads as u64),
         }
     }
 }

@@ -3,7 +3,8 @@
 //! Every backend executes a plan the same way. The grid is
 //! `(num_seqs, num_kv_heads, num_splits)`: one CTA (or CPU task) per sequence,
 //! KV head and split, serving the whole query-head group of that KV head (GQA
-//! packing, so each KV byte is read once). A sequence of `s` tokens has
+//! packing, so each KV byte is read once); a group wider than one CTA serves
+//! ([`DeviceProps::max_query_heads_per_cta`]) takes several CTAs per KV head. A sequence of `s` tokens has
 //! `tiles = ceil(s / 16)` tiles, and the [`SplitRule`] gives it
 //!
 //! ```text
@@ -212,7 +213,8 @@ pub struct Plan {
     pub kernel: KernelKind,
     pub use_split: bool,
     pub rule: SplitRule,
-    /// `(num_seqs, num_kv_heads, num_splits)`.
+    /// `(num_seqs, num_kv_heads * head groups, num_splits)`; head groups:
+    /// [`DeviceProps::head_groups`].
     pub grid: [u32; 3],
     /// CTAs launched: the product of `grid`.
     pub blocks: u64,
@@ -222,7 +224,7 @@ pub struct Plan {
     pub tiles_per_split: u32,
     /// For the longest sequence.
     pub active_splits: u32,
-    /// CTAs of the unsplit grid: `num_seqs * num_kv_heads` (G_2D).
+    /// CTAs of the unsplit grid: `num_seqs * num_kv_heads * head groups` (G_2D).
     pub unsplit_blocks: u64,
     /// S* = ceil(num_sms / G_2D): the split count that first fills the machine.
     pub first_wave_splits: u32,
@@ -250,8 +252,9 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
     }
     let shape = problem.shape;
     let num_seqs = problem.num_seqs() as u64;
-    let num_kv_heads = shape.num_kv_heads as u64;
-    let unsplit_blocks = num_seqs * num_kv_heads;
+    // A KV head whose group is wider than a CTA serves takes several CTAs.
+    let cta_heads = shape.num_kv_heads as u64 * device.head_groups(shape.group_size());
+    let unsplit_blocks = num_seqs * cta_heads;
     let first_wave_splits = cdiv(device.num_sms as u64, unsplit_blocks.max(1)) as u32;
     let max_seq_len = problem.max_seq_len();
     let max_tiles = cdiv(max_seq_len as u64, TILE_TOKENS as u64) as u32;
@@ -291,7 +294,7 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
     } else {
         0
     };
-    let grid = [num_seqs as u32, shape.num_kv_heads as u32, rule.num_splits];
+    let grid = [num_seqs as u32, cta_heads as u32, rule.num_splits];
     Ok(Plan {
         problem: problem.clone(),
         policy,
@@ -431,9 +434,10 @@ fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -
     let mut partial_records = 0u64;
     let mut most_active = 0u32;
     let step = device.tiles_per_cta_step.max(1);
+    let cta_heads = shape.num_kv_heads as u64 * device.head_groups(shape.group_size());
     for &s in &problem.seq_lens {
         let split = rule.split(s);
-        ctas += split.active_splits as u64 * shape.num_kv_heads as u64;
+        ctas += split.active_splits as u64 * cta_heads;
         fattest_tiles = fattest_tiles.max(split.tiles_per_split.min(split.tiles).div_ceil(step) * step);
         most_active = most_active.max(split.active_splits);
         if rule.num_splits > 1 {
@@ -494,7 +498,9 @@ fn auto(problem: &DecodeProblem, device: &DeviceProps, first_wave_splits: u32) -
         format!(
             "auto: no split; the unsplit grid of {} CTAs ({} per multiprocessor) already keeps {} multiprocessors \
              streaming (estimated {unsplit_us:.1} us)",
-            problem.num_seqs() * problem.shape.num_kv_heads,
+            problem.num_seqs() as u64
+                * problem.shape.num_kv_heads as u64
+                * device.head_groups(problem.shape.group_size()),
             device.ctas_per_sm,
             device.num_sms
         )

@@ -107,6 +107,8 @@ impl CpuBackend {
             tiles_per_cta_step: 1,
             // One task per thread: never more than one per "multiprocessor".
             lone_cta_share: 1.0,
+            // A task serves a KV head's whole query group.
+            max_query_heads_per_cta: 0,
         };
         CpuBackend { pool, props, isa: Isa::detect() }
     }

@@ -342,6 +342,7 @@ impl CudaBackend {
                 // Set below from the kernel in use, as ctas_per_sm is.
                 tiles_per_cta_step: 1,
                 lone_cta_share: GPU_LONE_CTA_SHARE,
+                max_query_heads_per_cta: 0,
             },
             ctx,
             stream,
@@ -430,22 +431,32 @@ impl CudaBackend {
     /// groups and head dims), the tiles a CTA streams side by side (the
     /// tensor-core kernel gives each of its 4 warps every 4th tile of a split,
     /// the stream kernel's warps step by at most that many, the staged and
-    /// kv-grid kernels walk tiles with the whole CTA) and how far one CTA
-    /// alone on a multiprocessor gets.
+    /// kv-grid kernels walk tiles with the whole CTA), how far one CTA
+    /// alone on a multiprocessor gets, and how many query heads one CTA
+    /// serves (as `launches` cuts a group: 16 on the tensor-core kernel).
     pub fn props_for(&self, problem: &DecodeProblem) -> Result<DeviceProps> {
         let warps = DECODE_THREADS / 32;
-        let (tiles_per_cta_step, lone_cta_share) = match self.kernel_for(problem) {
-            DecodeKernel::Auto | DecodeKernel::Mma => (warps, GPU_LONE_CTA_SHARE),
-            DecodeKernel::Stream => (warps, GPU_STREAM_LONE_CTA_SHARE),
-            // Not measured: these two are opt-in kernels, not `Auto`'s.
-            DecodeKernel::Staged | DecodeKernel::KvGrid => (1, GPU_LONE_CTA_SHARE),
+        let stream_heads = stream_heads_per_cta(problem.shape.group_size()).min(self.max_heads_per_cta);
+        let (tiles_per_cta_step, lone_cta_share, max_query_heads_per_cta) = match self.kernel_for(problem) {
+            DecodeKernel::Auto | DecodeKernel::Mma => (warps, GPU_LONE_CTA_SHARE, MMA_HEADS_PER_CTA),
+            DecodeKernel::Stream => (warps, GPU_STREAM_LONE_CTA_SHARE, stream_heads),
+            // Not measured: these two are opt-in kernels, not `Auto`'s. Each
+            // serves a whole group per CTA.
+            DecodeKernel::Staged | DecodeKernel::KvGrid => (1, GPU_LONE_CTA_SHARE, 0),
         };
         let launch = self.launches(problem, 1);
         let ctas_per_sm = self
             .function(&launch.main, launch.shared_mem_bytes)?
             .occupancy_max_active_blocks_per_multiprocessor(launch.threads, launch.shared_mem_bytes as usize, None)
             .map_err(driver_error)?;
-        Ok(DeviceProps { ctas_per_sm: ctas_per_sm.max(1), tiles_per_cta_step, lone_cta_share, ..self.props.clone() })
+        let props = DeviceProps {
+            ctas_per_sm: ctas_per_sm.max(1),
+            tiles_per_cta_step,
+            lone_cta_share,
+            max_query_heads_per_cta: max_query_heads_per_cta as u32,
+            ..self.props.clone()
+        };
+        Ok(props)
     }
 
     /// Captures the launches `work` makes on this backend's stream into a CUDA

@@ -178,6 +178,8 @@ impl HipBackend {
                 tiles_per_cta_step: 1,
                 // Not measured on AMD hardware: the H200 tensor-core kernel's.
                 lone_cta_share: decode_attn_core::GPU_LONE_CTA_SHARE,
+                // The kv-grid kernel serves a KV head's whole group per workgroup.
+                max_query_heads_per_cta: 0,
             },
             functions: Mutex::new(HashMap::new()),
             modules: Mutex::new(vec![LoadedModule {

@@ -299,3 +299,29 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_group_wider_than_one_cta_counts_each_of_its_ctas() {
+    // StarCoder-15B: 48 query heads on one KV head; the tensor-core kernel
+    // serves 16 per CTA, so each (sequence, split) takes 3 CTAs.
+    let mqa = problem(48, 1, vec![16384]);
+    let device = h200();
+    assert_eq!(device.head_groups(48), 3);
+    let wide = plan_of(mqa.clone(), &device);
+    assert_eq!(wide.unsplit_blocks, 3);
+    assert_eq!(wide.first_wave_splits, 44);
+    assert_eq!(wide.grid[..2], [1, 3]);
+    assert_eq!(wide.blocks, 3 * wide.num_splits as u64);
+    // One wave of resident slots, not three: the splits a 16-head group
+    // would get, times three CTAs each, would overfill the machine.
+    let narrow = plan_of(problem(16, 1, vec![16384]), &device);
+    assert!(wide.blocks <= 2 * 132, "{wide}");
+    assert!(wide.num_splits < narrow.num_splits, "{} against {}", wide.num_splits, narrow.num_splits);
+    // A kernel that serves a whole group per CTA plans one CTA per split.
+    let whole = plan_of(mqa, &DeviceProps { max_query_heads_per_cta: 0, ..h200() });
+    assert_eq!((whole.grid[1], whole.unsplit_blocks), (1, 1));
+}
+
+fn plan_of(problem: DecodeProblem, device: &DeviceProps) -> Plan {
+    plan(&problem, Policy::Auto, device).unwrap()
+}
