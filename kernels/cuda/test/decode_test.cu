@@ -7,7 +7,7 @@
 //   /tmp/decode_test quick      # correctness only
 // Without one (the kernels on CPU fibers, see cuda_emu.h; correctness only):
 //   g++ -std=c++17 -O1 -DDA_EMULATE -x c++ -I kernels/cuda kernels/cuda/test/decode_test.cu -o /tmp/decode_emu
-//   /tmp/decode_emu             # about 3 minutes: 622 cases (249 stream, 129 mma)
+//   /tmp/decode_emu             # about 5 minutes: 654 cases (249 stream, 161 mma)
 //
 // It includes decode.cu directly and launches its entry points with <<<>>>,
 // exactly as the host ABI (decode_params.h) says, each case through both
