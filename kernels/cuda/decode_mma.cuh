@@ -5,8 +5,9 @@
 // guards and split rule. Launch: grid (num_seqs, num_kv_heads * head_groups,
 // num_splits), DECODE_THREADS threads, MmaGeometry<HEAD_DIM>::SMEM_BYTES of
 // dynamic shared memory (96 KiB, two CTAs per SM; 200 KiB at head_dim 256,
-// one CTA per SM, sm_90 only), head_groups = ceil(g / 16): one CTA serves up to 16 query heads of
-// one KV head, so for g <= 16 each K and V byte is read from HBM exactly once.
+// one CTA per SM, sm_90 only), head_groups = ceil(g / 16): one CTA serves up
+// to 16 query heads of one KV head, so for g <= 16 each K and V byte is read
+// from HBM exactly once.
 // The partial-state layout is the stream kernel's: decode_stream_reduce_*
 // merges the splits.
 //

@@ -449,14 +449,13 @@ impl CudaBackend {
             .function(&launch.main, launch.shared_mem_bytes)?
             .occupancy_max_active_blocks_per_multiprocessor(launch.threads, launch.shared_mem_bytes as usize, None)
             .map_err(driver_error)?;
-        let props = DeviceProps {
+        Ok(DeviceProps {
             ctas_per_sm: ctas_per_sm.max(1),
             tiles_per_cta_step,
             lone_cta_share,
             max_query_heads_per_cta: max_query_heads_per_cta as u32,
             ..self.props.clone()
-        };
-        Ok(props)
+        })
     }
 
     /// Captures the launches `work` makes on this backend's stream into a CUDA
