@@ -57,8 +57,8 @@ enum Command {
     /// figures, without a device. On a GPU the library plans each problem
     /// with the figures of the kernel that runs it: problems that go to the
     /// CUDA stream kernel (f32, head_dim 192) get more splits there than
-    /// shown here, and head_dim 256 (one tensor-core CTA per multiprocessor)
-    /// may get other split counts.
+    /// shown here (head_dim 256 is planned here as the GPU plans it, with
+    /// one tensor-core CTA per multiprocessor).
     Plan(PlanArgs),
     /// Time decode per shape against copy bandwidth, after checking each result.
     Bench(bench::BenchArgs),
@@ -155,7 +155,7 @@ fn plan(args: PlanArgs) -> CliResult<ExitCode> {
         return Err("--batch must be at least 1".into());
     }
     let problem = DecodeProblem::new(shape, DTypes::uniform(args.dtype), args.layout, seq_lens)?;
-    let plan = decode_attn::plan(&problem, args.policy, &DeviceProps::gpu_like(args.sms))?;
+    let plan = decode_attn::plan(&problem, args.policy, &DeviceProps::gpu_like_for(args.sms, &problem))?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&plan)?);
     } else {

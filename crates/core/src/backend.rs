@@ -85,6 +85,17 @@ impl DeviceProps {
         }
     }
 
+    /// [`gpu_like`](Self::gpu_like) with what follows for `problem` from the
+    /// CUDA backend's default kernel alone, without a device: at head_dim
+    /// 256 (f16/bf16) the tensor-core kernel takes 200 KiB of shared memory,
+    /// so one CTA per multiprocessor. What depends on the device's occupancy
+    /// calculator (the stream kernel's f32 and head_dim 192 variants) stays
+    /// as `gpu_like` has it.
+    pub fn gpu_like_for(num_sms: u32, problem: &DecodeProblem) -> Self {
+        let wide_tensor_core = matches!(problem.dtypes.q, DType::F16 | DType::Bf16) && problem.shape.head_dim == 256;
+        DeviceProps { ctas_per_sm: if wide_tensor_core { 1 } else { 2 }, ..Self::gpu_like(num_sms) }
+    }
+
     /// CTAs per (sequence, KV head, split) for query groups of `group_size`.
     pub fn head_groups(&self, group_size: usize) -> u64 {
         match self.max_query_heads_per_cta {

@@ -325,3 +325,27 @@ fn a_group_wider_than_one_cta_counts_each_of_its_ctas() {
 fn plan_of(problem: DecodeProblem, device: &DeviceProps) -> Plan {
     plan(&problem, Policy::Auto, device).unwrap()
 }
+
+#[test]
+fn head_dim_256_without_a_device_plans_what_the_h200_sweep_found_fastest() {
+    // Gemma-2-9B (16/8, d = 256): the tensor-core kernel at one CTA per SM.
+    // Fastest split counts of docs/measurements/2026-12-02-s7-gemma2-d256-split-sweep.log.
+    let gemma = |batch: usize, seq_len: u32| {
+        DecodeProblem::new(
+            AttentionShape::new(16, 8, 256).unwrap(),
+            DTypes::uniform(DType::Bf16),
+            KvLayout::block_table(16),
+            vec![seq_len; batch],
+        )
+        .unwrap()
+    };
+    for (batch, seq_len, fastest) in [(1, 4096, 16), (1, 16384, 16), (4, 4096, 4), (16, 1024, 1), (64, 1024, 1)] {
+        let p = gemma(batch, seq_len);
+        let device = DeviceProps::gpu_like_for(132, &p);
+        assert_eq!(device.ctas_per_sm, 1);
+        let plan = plan(&p, Policy::Auto, &device).unwrap();
+        assert_eq!(plan.num_splits, fastest, "B={batch} s={seq_len}: {plan}");
+    }
+    // Head dim 128 keeps two CTAs per SM.
+    assert_eq!(DeviceProps::gpu_like_for(132, &llama3_8b(1, 4096)).ctas_per_sm, 2);
+}
