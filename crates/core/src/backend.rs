@@ -92,8 +92,13 @@ impl DeviceProps {
     /// calculator (the stream kernel's f32 and head_dim 192 variants) stays
     /// as `gpu_like` has it.
     pub fn gpu_like_for(num_sms: u32, problem: &DecodeProblem) -> Self {
+        let gpu = Self::gpu_like(num_sms);
         let wide_tensor_core = matches!(problem.dtypes.q, DType::F16 | DType::Bf16) && problem.shape.head_dim == 256;
-        DeviceProps { ctas_per_sm: if wide_tensor_core { 1 } else { 2 }, ..Self::gpu_like(num_sms) }
+        if wide_tensor_core {
+            DeviceProps { ctas_per_sm: 1, ..gpu }
+        } else {
+            gpu
+        }
     }
 
     /// CTAs per (sequence, KV head, split) for query groups of `group_size`.

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-use crate::{DecodeProblem, DeviceProps, Error, Result, TILE_TOKENS};
+use crate::{AttentionShape, DecodeProblem, DeviceProps, Error, Result, TILE_TOKENS};
 
 /// The largest split count any policy may ask for.
 pub const MAX_SPLITS: u32 = 1024;
@@ -252,8 +252,7 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
     }
     let shape = problem.shape;
     let num_seqs = problem.num_seqs() as u64;
-    // A KV head whose group is wider than a CTA serves takes several CTAs.
-    let cta_heads = shape.num_kv_heads as u64 * device.head_groups(shape.group_size());
+    let cta_heads = cta_heads(&shape, device);
     let unsplit_blocks = num_seqs * cta_heads;
     let first_wave_splits = cdiv(device.num_sms as u64, unsplit_blocks.max(1)) as u32;
     let max_seq_len = problem.max_seq_len();
@@ -424,6 +423,12 @@ const SHARED_SM_TAIL_US: f64 = 0.75;
 /// its first tiles while its slot streams nothing.
 const WAVE_US: f64 = 1.0;
 
+/// CTAs per (sequence, split): one per KV head, or several where its group
+/// is wider than one CTA serves.
+fn cta_heads(shape: &AttentionShape, device: &DeviceProps) -> u64 {
+    shape.num_kv_heads as u64 * device.head_groups(shape.group_size())
+}
+
 /// Estimated microseconds of one decode call under `rule` (the model above).
 fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -> f64 {
     let shape = problem.shape;
@@ -434,7 +439,7 @@ fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -
     let mut partial_records = 0u64;
     let mut most_active = 0u32;
     let step = device.tiles_per_cta_step.max(1);
-    let cta_heads = shape.num_kv_heads as u64 * device.head_groups(shape.group_size());
+    let cta_heads = cta_heads(&shape, device);
     for &s in &problem.seq_lens {
         let split = rule.split(s);
         ctas += split.active_splits as u64 * cta_heads;
@@ -498,9 +503,7 @@ fn auto(problem: &DecodeProblem, device: &DeviceProps, first_wave_splits: u32) -
         format!(
             "auto: no split; the unsplit grid of {} CTAs ({} per multiprocessor) already keeps {} multiprocessors \
              streaming (estimated {unsplit_us:.1} us)",
-            problem.num_seqs() as u64
-                * problem.shape.num_kv_heads as u64
-                * device.head_groups(problem.shape.group_size()),
+            problem.num_seqs() as u64 * cta_heads(&problem.shape, device),
             device.ctas_per_sm,
             device.num_sms
         )

@@ -381,6 +381,7 @@ impl CudaBackend {
                 threads: DECODE_THREADS,
                 reduce_threads: REDUCE_THREADS,
                 shared_mem_bytes: mma_shared_bytes(shape.head_dim),
+                query_heads_per_cta: MMA_HEADS_PER_CTA as u32,
                 programmatic: true,
             },
             DecodeKernel::Stream => {
@@ -392,6 +393,7 @@ impl CudaBackend {
                     threads: DECODE_THREADS,
                     reduce_threads: REDUCE_THREADS,
                     shared_mem_bytes: STREAM_RING_BYTES,
+                    query_heads_per_cta: heads as u32,
                     programmatic: true,
                 }
             }
@@ -402,6 +404,7 @@ impl CudaBackend {
                 threads: DECODE_THREADS,
                 reduce_threads: DECODE_THREADS,
                 shared_mem_bytes: 0,
+                query_heads_per_cta: 0,
                 programmatic: false,
             },
             DecodeKernel::KvGrid => Launch {
@@ -411,6 +414,7 @@ impl CudaBackend {
                 threads: KVGRID_THREADS,
                 reduce_threads: KVGRID_THREADS,
                 shared_mem_bytes: 0,
+                query_heads_per_cta: 0,
                 programmatic: false,
             },
         }
@@ -433,16 +437,14 @@ impl CudaBackend {
     /// the stream kernel's warps step by at most that many, the staged and
     /// kv-grid kernels walk tiles with the whole CTA), how far one CTA
     /// alone on a multiprocessor gets, and how many query heads one CTA
-    /// serves (as `launches` cuts a group: 16 on the tensor-core kernel).
+    /// serves (from `launches`: 16 on the tensor-core kernel).
     pub fn props_for(&self, problem: &DecodeProblem) -> Result<DeviceProps> {
         let warps = DECODE_THREADS / 32;
-        let stream_heads = stream_heads_per_cta(problem.shape.group_size()).min(self.max_heads_per_cta);
-        let (tiles_per_cta_step, lone_cta_share, max_query_heads_per_cta) = match self.kernel_for(problem) {
-            DecodeKernel::Auto | DecodeKernel::Mma => (warps, GPU_LONE_CTA_SHARE, MMA_HEADS_PER_CTA),
-            DecodeKernel::Stream => (warps, GPU_STREAM_LONE_CTA_SHARE, stream_heads),
-            // Not measured: these two are opt-in kernels, not `Auto`'s. Each
-            // serves a whole group per CTA.
-            DecodeKernel::Staged | DecodeKernel::KvGrid => (1, GPU_LONE_CTA_SHARE, 0),
+        let (tiles_per_cta_step, lone_cta_share) = match self.kernel_for(problem) {
+            DecodeKernel::Auto | DecodeKernel::Mma => (warps, GPU_LONE_CTA_SHARE),
+            DecodeKernel::Stream => (warps, GPU_STREAM_LONE_CTA_SHARE),
+            // Not measured: these two are opt-in kernels, not `Auto`'s.
+            DecodeKernel::Staged | DecodeKernel::KvGrid => (1, GPU_LONE_CTA_SHARE),
         };
         let launch = self.launches(problem, 1);
         let ctas_per_sm = self
@@ -453,7 +455,7 @@ impl CudaBackend {
             ctas_per_sm: ctas_per_sm.max(1),
             tiles_per_cta_step,
             lone_cta_share,
-            max_query_heads_per_cta: max_query_heads_per_cta as u32,
+            max_query_heads_per_cta: launch.query_heads_per_cta,
             ..self.props.clone()
         })
     }
@@ -641,6 +643,9 @@ struct Launch {
     threads: u32,
     reduce_threads: u32,
     shared_mem_bytes: u32,
+    /// Query heads one CTA serves at most (0: a KV head's whole group); a
+    /// wider group takes several CTAs per KV head in `grid`.
+    query_heads_per_cta: u32,
     /// Both kernels execute griddepcontrol.wait before reading what the
     /// previous kernel may have written (the mma and stream kernels and
     /// decode_stream_reduce_*), so they may be launched programmatically.
