@@ -186,6 +186,10 @@ pub fn cases(sweep: Sweep) -> Vec<Case> {
         (vec![long, 0, 15, 16, 17, 1], "deterministic:64"),
         (vec![long, 3, long / 2], "sglang"),
         ((0..if full { 40 } else { 12 }).map(|i| (i * 37 % 211) as u32).collect(), "vllm"),
+        // Ragged: on a GPU `auto` cuts it in chunks of the long sequence (a
+        // split length, not a count), so the short ones stay whole and most
+        // of the grid's CTAs are empty splits.
+        (std::iter::once(long).chain(std::iter::repeat_n(200, 47)).collect(), "auto"),
     ];
     for (lens, name) in length_sets {
         for layout in [KvLayout::block_table(16), KvLayout::token_indices(1)] {

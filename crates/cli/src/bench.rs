@@ -23,7 +23,7 @@ use decode_attn::{
 use decode_attn_conformance::{tolerance, with_first_sequences};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::args::{parse_backend, parse_dtype, parse_layout, parse_policy};
+use crate::args::{parse_backend, parse_dtype, parse_layout, parse_lens, parse_policy};
 use crate::models::{parse_model, Model, MODELS};
 use crate::CliResult;
 
@@ -82,6 +82,12 @@ pub struct BenchArgs {
     /// Sequence lengths, comma-separated, one per shape (default: the grid's).
     #[arg(long, value_delimiter = ',')]
     seq_len: Vec<u32>,
+    /// Ragged batches instead of the grid, comma-separated, one per shape:
+    /// `LxC+LxC...` (C sequences of length L, in that order) or
+    /// `spread:B:LO-HI` (B lengths evenly spaced from LO to HI). Their CSV
+    /// rows give B = the number of sequences and s = the longest.
+    #[arg(long, value_delimiter = ',', value_parser = parse_lens, conflicts_with_all = ["batch", "seq_len", "grid"])]
+    lens: Vec<Vec<u32>>,
     /// Policies to time, comma-separated: auto, vllm, sglang[:N], fixed:N, deterministic:TILE.
     #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = parse_policy)]
     policy: Vec<Policy>,
@@ -98,8 +104,20 @@ pub struct BenchArgs {
 
 struct Shape {
     model: Model,
-    batch: usize,
-    seq_len: u32,
+    /// Every sequence's length.
+    lens: Vec<u32>,
+    /// Ragged batches only: how `--lens` spelled them.
+    ragged: Option<String>,
+}
+
+impl Shape {
+    fn batch(&self) -> usize {
+        self.lens.len()
+    }
+    /// The longest sequence (the `s` of a CSV row).
+    fn seq_len(&self) -> u32 {
+        self.lens.iter().copied().max().unwrap_or(0)
+    }
 }
 
 /// One measured row.
@@ -123,8 +141,20 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
     }
     let mut shapes = Vec::new();
     for &model in &models {
-        for &batch in &batches {
-            shapes.extend(seq_lens.iter().map(|&seq_len| Shape { model, batch, seq_len }));
+        if args.lens.is_empty() {
+            for &batch in &batches {
+                shapes.extend(seq_lens.iter().map(|&seq_len| Shape {
+                    model,
+                    lens: vec![seq_len; batch],
+                    ragged: None,
+                }));
+            }
+        } else {
+            shapes.extend(args.lens.iter().map(|lens| Shape {
+                model,
+                lens: lens.clone(),
+                ragged: Some(ragged_label(lens)),
+            }));
         }
     }
 
@@ -171,20 +201,27 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
     let mut failures = 0usize;
     let mut partly_checked = false;
     for shape in &shapes {
-        progress.set_message(format!("{} B={} s={}", shape.model.name, shape.batch, shape.seq_len));
-        let problem = DecodeProblem::new(
-            shape.model.shape(),
-            DTypes::uniform(args.dtype),
-            args.layout,
-            vec![shape.seq_len; shape.batch],
-        )?;
+        progress.set_message(format!("{} B={} s={}", shape.model.name, shape.batch(), shape.seq_len()));
+        let problem =
+            DecodeProblem::new(shape.model.shape(), DTypes::uniform(args.dtype), args.layout, shape.lens.clone())?;
+        if let Some(label) = &shape.ragged {
+            progress.suspend(|| {
+                outln!(
+                    "# {} ragged batch {label}: {} sequences, {} tokens, {:.1} MiB of KV",
+                    shape.model.name,
+                    shape.batch(),
+                    shape.lens.iter().map(|&s| s as u64).sum::<u64>(),
+                    problem.kv_bytes() as f64 / MIB as f64
+                )
+            });
+        }
         if problem.kv_bytes() > MAX_KV_BYTES {
             progress.suspend(|| {
                 outln!(
                     "{:16} {:>4} {:>6} skipped: {:.1} GiB of KV is over the {} GiB the peers' bench also skips",
                     shape.model.name,
-                    shape.batch,
-                    shape.seq_len,
+                    shape.batch(),
+                    shape.seq_len(),
                     problem.kv_bytes() as f64 / GIB as f64,
                     MAX_KV_BYTES / GIB
                 )
@@ -193,7 +230,7 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
             continue;
         }
         let outcome = bench_shape(&backend, shape, &problem, &args.policy, copy_gbps, |row| {
-            partly_checked |= row.checked < row.shape.batch;
+            partly_checked |= row.checked < row.shape.batch();
             let line = format_row(&backend, &row);
             progress.suspend(|| outln!("{line}"));
             if let Some(file) = csv.as_mut() {
@@ -209,7 +246,8 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
         });
         if let Err(err) = outcome {
             failures += 1;
-            progress.suspend(|| outln!("{:16} {:>4} {:>6} error: {err}", shape.model.name, shape.batch, shape.seq_len));
+            progress
+                .suspend(|| outln!("{:16} {:>4} {:>6} error: {err}", shape.model.name, shape.batch(), shape.seq_len()));
         }
     }
     progress.finish_and_clear();
@@ -248,8 +286,18 @@ fn bench_shape(
 
     let mut batch = HostBatch::random(problem, 0xBE7C);
     let shape_dims = problem.shape;
-    let per_seq_macs = 2 * shape.seq_len.max(1) as u64 * (shape_dims.num_q_heads * shape_dims.head_dim) as u64;
-    let checked = ((REFERENCE_BUDGET_MACS / per_seq_macs) as usize).clamp(1, shape.batch);
+    // The first sequences whose reference fits the budget (at least one).
+    let macs_per_token = 2 * (shape_dims.num_q_heads * shape_dims.head_dim) as u64;
+    let mut macs = 0u64;
+    let checked = shape
+        .lens
+        .iter()
+        .take_while(|&&len| {
+            macs += len.max(1) as u64 * macs_per_token;
+            macs <= REFERENCE_BUDGET_MACS
+        })
+        .count()
+        .max(1);
     let scale = shape_dims.default_scale();
     let reference =
         with_first_sequences(&mut batch, checked, |first| decode_attn::reference::decode_reference(first, scale));
@@ -287,8 +335,8 @@ fn format_row(backend: &Backend, row: &Row<'_>) -> String {
     format!(
         "{:16} {:>4} {:>6} {:8} {:20} {:>6} {:>10.2} {:>7.3} {:>6.1} {:>8.1e} {:>7}",
         row.shape.model.name,
-        row.shape.batch,
-        row.shape.seq_len,
+        row.shape.batch(),
+        row.shape.seq_len(),
         backend.name(),
         row.policy.to_string(),
         row.plan.num_splits,
@@ -296,7 +344,7 @@ fn format_row(backend: &Backend, row: &Row<'_>) -> String {
         row.tbs,
         row.pct_copy,
         row.relerr,
-        format!("{}/{}", row.checked, row.shape.batch)
+        format!("{}/{}", row.checked, row.shape.batch())
     )
 }
 
@@ -305,8 +353,8 @@ fn write_csv_row(file: &mut impl Write, backend: &str, row: &Row<'_>) -> CliResu
         file,
         "{},{},{},decode-attn,{}/{},{:.2},{:.3},{:.1},{}",
         row.shape.model.name,
-        row.shape.batch,
-        row.shape.seq_len,
+        row.shape.batch(),
+        row.shape.seq_len(),
         backend,
         row.policy,
         row.us,
@@ -316,6 +364,25 @@ fn write_csv_row(file: &mut impl Write, backend: &str, row: &Row<'_>) -> CliResu
     )?;
     file.flush()?;
     Ok(())
+}
+
+/// A ragged batch as runs of equal lengths: `32768x1+512x63`.
+fn ragged_label(lens: &[u32]) -> String {
+    let mut runs: Vec<(u32, usize)> = Vec::new();
+    for &len in lens {
+        match runs.last_mut() {
+            Some((last, count)) if *last == len => *count += 1,
+            _ => runs.push((len, 1)),
+        }
+    }
+    let terms: Vec<String> = runs.iter().map(|(len, count)| format!("{len}x{count}")).collect();
+    let label = terms.join("+");
+    if label.len() <= 60 {
+        label
+    } else {
+        let (lo, hi) = (lens.iter().min().copied().unwrap_or(0), lens.iter().max().copied().unwrap_or(0));
+        format!("{} lengths from {lo} to {hi}", lens.len())
+    }
 }
 
 /// `x` as Python's `f"{x:.1e}"` writes it (`3.1e-03`), as the peers' CSV has it.
@@ -347,7 +414,14 @@ fn progress_bar(len: u64) -> ProgressBar {
 
 #[cfg(test)]
 mod tests {
-    use super::python_exp;
+    use super::{python_exp, ragged_label};
+
+    #[test]
+    fn ragged_batches_are_labelled_by_runs() {
+        assert_eq!(ragged_label(&[32768, 512, 512]), "32768x1+512x2");
+        let spread: Vec<u32> = (0..64).map(|i| 128 + 100 * i).collect();
+        assert_eq!(ragged_label(&spread), "64 lengths from 128 to 6428");
+    }
 
     #[test]
     fn relerr_is_written_like_python() {

@@ -25,6 +25,13 @@ pub const GPU_LONE_CTA_SHARE: f64 = 0.95;
 /// (docs/measurements/2026-12-02-s6-stream-kernel-sweep.log).
 pub const GPU_STREAM_LONE_CTA_SHARE: f64 = 0.55;
 
+/// [`DeviceProps::empty_cta_us`] of the CUDA decode kernels on an H200: a CTA
+/// whose split has no tokens still launches, reads its sequence's length and
+/// exits. Llama-3-70B at TP=8, B = 64, s = 16 (one tile per sequence), fixed:64
+/// against fixed:256: 12288 more empty CTAs took 28.8 us more, 0.62 us of one
+/// resident slot each (docs/measurements/2026-12-02-s8-ragged-call1.txt).
+pub const GPU_EMPTY_CTA_US: f64 = 0.62;
+
 /// What the planner needs to know about a device.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeviceProps {
@@ -59,6 +66,11 @@ pub struct DeviceProps {
     /// CTA serves a whole group, whatever its size.
     #[serde(default)]
     pub max_query_heads_per_cta: u32,
+    /// Microseconds one resident CTA slot spends on a CTA whose split is
+    /// empty (a short sequence's surplus splits in a grid cut for a longer
+    /// one). 0 where empty work items are never launched (the CPU).
+    #[serde(default)]
+    pub empty_cta_us: f64,
 }
 
 fn one() -> u32 {
@@ -82,6 +94,7 @@ impl DeviceProps {
             tiles_per_cta_step: 4,
             lone_cta_share: GPU_LONE_CTA_SHARE,
             max_query_heads_per_cta: 16,
+            empty_cta_us: GPU_EMPTY_CTA_US,
         }
     }
 

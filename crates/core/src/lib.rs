@@ -29,8 +29,8 @@ pub mod shape;
 pub mod synth;
 
 pub use backend::{
-    CheckedArgs, DecodeArgs, DecodeAttention, DeviceBuffer, DeviceProps, KvIndexBuffers, MergeArgs, GPU_LONE_CTA_SHARE,
-    GPU_REDUCE_CTA_GBPS, GPU_STREAM_LONE_CTA_SHARE,
+    CheckedArgs, DecodeArgs, DecodeAttention, DeviceBuffer, DeviceProps, KvIndexBuffers, MergeArgs, GPU_EMPTY_CTA_US,
+    GPU_LONE_CTA_SHARE, GPU_REDUCE_CTA_GBPS, GPU_STREAM_LONE_CTA_SHARE,
 };
 pub use dtype::DType;
 pub use error::{Error, Result};

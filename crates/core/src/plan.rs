@@ -40,7 +40,9 @@ fn cdiv(a: u64, b: u64) -> u64 {
 #[serde(tag = "name", rename_all = "snake_case")]
 pub enum Policy {
     /// Ours: per sequence, from the SM count, the unsplit grid, each length and
-    /// a cost model of partial-state traffic against idle multiprocessors.
+    /// a cost model of partial-state traffic against idle multiprocessors. A
+    /// ragged batch is cut by a split length (chunks of the longest
+    /// sequence's n-th), so short sequences stay whole and long ones spread.
     #[default]
     Auto,
     /// vLLM 0.33 `unified_attention`: 16 segments of 16-token tiles iff every
@@ -278,7 +280,7 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
                 ),
             )
         }
-        Policy::Auto => auto(problem, device, first_wave_splits),
+        Policy::Auto => auto(problem, device),
     };
     let rule = SplitRule { num_splits: rule.num_splits.clamp(1, MAX_SPLITS), ..rule };
 
@@ -429,6 +431,19 @@ fn cta_heads(shape: &AttentionShape, device: &DeviceProps) -> u64 {
     shape.num_kv_heads as u64 * device.head_groups(shape.group_size())
 }
 
+/// Whether the batch's lengths differ enough that its CTAs differ in size:
+/// more than a tenth of its tiles are in sequences shorter than 3/4 of the
+/// longest. `auto` then cuts it in chunks and `estimate_us` charges the
+/// fattest CTAs' tail instead of counting waves of equal CTAs. (A few short
+/// sequences beside many long ones leave the batch planned as equal.)
+fn is_ragged(problem: &DecodeProblem) -> bool {
+    let tiles = |s: u32| s.div_ceil(TILE_TOKENS) as u64;
+    let longest = tiles(problem.max_seq_len());
+    let total: u64 = problem.seq_lens.iter().map(|&s| tiles(s)).sum();
+    let in_short: u64 = problem.seq_lens.iter().map(|&s| tiles(s)).filter(|&t| 4 * t < 3 * longest).sum();
+    10 * in_short > total
+}
+
 /// Estimated microseconds of one decode call under `rule` (the model above).
 fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -> f64 {
     let shape = problem.shape;
@@ -466,12 +481,31 @@ fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -
     let shared_sm_us = if per_sm > 1 { SHARED_SM_TAIL_US } else { 0.0 };
     let partial_bytes = 2.0 * partial_records as f64 * (shape.head_dim as f64 + 2.0) * 4.0;
     let stream_us = (problem.kv_bytes() as f64 + partial_bytes) / bandwidth;
+    // Every (sequence, split) of the grid launches; the empty ones (a short
+    // sequence's surplus splits) hold a slot briefly.
+    let launched = problem.seq_lens.len() as u64 * cta_heads * rule.num_splits.max(1) as u64;
+    let empty_us = launched.saturating_sub(ctas) as f64 * device.empty_cta_us / resident as f64;
     // Full waves at full occupancy, then the last, partly filled one at its
     // own: its CTAs have their multiprocessors to fewer of themselves.
     let cta_bytes = (fattest_tiles * TILE_TOKENS) as f64 * bytes_per_token_per_head;
     let last_wave = ctas - (waves as u64 - 1) * resident;
-    let cta_us =
-        (waves - 1.0) * cta_bytes / cta_bandwidth_of(ctas_per_sm) + cta_bytes / cta_bandwidth_of(per_sm_of(last_wave));
+    let cta_us = if is_ragged(problem) {
+        // CTAs of different sizes pack. Within one wave of one plane they
+        // all start at once, and the fattest streams alone once its
+        // neighbour is done. Otherwise the bytes bound the call, plus the
+        // tail of the fattest CTAs, which finish after the rest when they
+        // start late: less of it the more waves there are to hide it in.
+        // (Fitted on ragged batches of Llama-3-8B and 70B at TP=8 on the
+        // H200: docs/measurements/2026-12-02-s8-ragged-call1.txt.)
+        if rule.num_splits == 1 && ctas <= resident {
+            cta_bytes / cta_bandwidth_of(1)
+        } else {
+            let fattest_us = cta_bytes / cta_bandwidth_of(ctas_per_sm);
+            stream_us + fattest_us / (2.0 * (ctas as f64 / resident as f64).max(1.0))
+        }
+    } else {
+        (waves - 1.0) * cta_bytes / cta_bandwidth_of(ctas_per_sm) + cta_bytes / cta_bandwidth_of(per_sm_of(last_wave))
+    };
     // The reduce: a dependent launch, then each reducer CTA reads one partial
     // row per active split of its sequence (the longest one sets the pace).
     let row_bytes = (shape.head_dim as f64 + 2.0) * 4.0;
@@ -480,18 +514,34 @@ fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -
     } else {
         0.0
     };
-    stream_us.max(cta_us) + reduce_us + shared_sm_us + WAVE_US * (waves - 1.0)
+    stream_us.max(cta_us) + reduce_us + shared_sm_us + empty_us + WAVE_US * (waves - 1.0)
 }
 
-fn auto(problem: &DecodeProblem, device: &DeviceProps, first_wave_splits: u32) -> (SplitRule, PolicyDetail, String) {
+fn auto(problem: &DecodeProblem, device: &DeviceProps) -> (SplitRule, PolicyDetail, String) {
     let max_tiles = cdiv(problem.max_seq_len() as u64, TILE_TOKENS as u64) as u32;
     let unsplit = SplitRule { num_splits: 1, min_tiles_per_split: 1 };
     let unsplit_us = estimate_us(problem, device, unsplit);
     let mut best = (unsplit, unsplit_us);
-    // Candidates up to a few waves past S*; the estimate is cheap.
-    let cap = max_tiles.min(MAX_SPLITS).min(first_wave_splits.saturating_mul(4 * device.ctas_per_sm.max(1)));
+    // Candidates up to a few waves past the split count that first fills the
+    // machine, counting the batch as sequences as long as its longest that
+    // hold the same tiles (for equal lengths: S*); the estimate is cheap.
+    let total_tiles: u64 = problem.seq_lens.iter().map(|&s| cdiv(s as u64, TILE_TOKENS as u64)).sum();
+    let equivalent_seqs = cdiv(total_tiles, max_tiles.max(1) as u64).max(1);
+    let fill_splits = cdiv(device.num_sms as u64, equivalent_seqs * cta_heads(&problem.shape, device)) as u32;
+    let cap = max_tiles.min(MAX_SPLITS).min(fill_splits.saturating_mul(4 * device.ctas_per_sm.max(1)));
+    let ragged = is_ragged(problem);
     for num_splits in 2..=cap {
-        let rule = SplitRule { num_splits, min_tiles_per_split: 1 };
+        // n splits of every sequence; a ragged batch is cut in chunks of the
+        // longest sequence's n-th instead, so that a short sequence keeps to
+        // fewer splits (or one) while the long ones spread over the machine.
+        // (n splits of a short sequence would be small CTAs launched
+        // between the long ones' splits, which then start late.)
+        let rule = if ragged {
+            let chunk = max_tiles.div_ceil(num_splits);
+            SplitRule { num_splits: max_tiles.div_ceil(chunk), min_tiles_per_split: chunk }
+        } else {
+            SplitRule { num_splits, min_tiles_per_split: 1 }
+        };
         let us = estimate_us(problem, device, rule);
         // Only a clear win (1%) justifies more partial state.
         if us < best.1 * 0.99 {
@@ -508,10 +558,18 @@ fn auto(problem: &DecodeProblem, device: &DeviceProps, first_wave_splits: u32) -
             device.num_sms
         )
     } else {
+        let cut = if rule.min_tiles_per_split > 1 {
+            format!(
+                "splits of at least {} tiles, so the {max_tiles}-tile longest sequence gets {} and shorter ones fewer",
+                rule.min_tiles_per_split, rule.num_splits
+            )
+        } else {
+            format!("up to {} splits per sequence", rule.num_splits)
+        };
         format!(
-            "auto: up to {} splits per sequence (S* = {first_wave_splits} first fills {} multiprocessors); estimated \
-             {us:.1} us against {unsplit_us:.1} us unsplit, partial state included",
-            rule.num_splits, device.num_sms
+            "auto: {cut} ({fill_splits} first fill {} multiprocessors); estimated {us:.1} us against \
+             {unsplit_us:.1} us unsplit, partial state included",
+            device.num_sms
         )
     };
     (rule, PolicyDetail::Auto { estimated_us: us, estimated_unsplit_us: unsplit_us }, reason)

@@ -109,6 +109,8 @@ impl CpuBackend {
             lone_cta_share: 1.0,
             // A task serves a KV head's whole query group.
             max_query_heads_per_cta: 0,
+            // Only active splits become tasks.
+            empty_cta_us: 0.0,
         };
         CpuBackend { pool, props, isa: Isa::detect() }
     }

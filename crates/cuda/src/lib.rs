@@ -343,6 +343,7 @@ impl CudaBackend {
                 tiles_per_cta_step: 1,
                 lone_cta_share: GPU_LONE_CTA_SHARE,
                 max_query_heads_per_cta: 0,
+                empty_cta_us: decode_attn_core::GPU_EMPTY_CTA_US,
             },
             ctx,
             stream,

@@ -180,6 +180,8 @@ impl HipBackend {
                 lone_cta_share: decode_attn_core::GPU_LONE_CTA_SHARE,
                 // The kv-grid kernel serves a KV head's whole group per workgroup.
                 max_query_heads_per_cta: 0,
+                // Not measured on AMD hardware: the H200 figure.
+                empty_cta_us: decode_attn_core::GPU_EMPTY_CTA_US,
             },
             functions: Mutex::new(HashMap::new()),
             modules: Mutex::new(vec![LoadedModule {

@@ -349,3 +349,74 @@ fn head_dim_256_without_a_device_plans_what_the_h200_sweep_found_fastest() {
     // Head dim 128 keeps two CTAs per SM.
     assert_eq!(DeviceProps::gpu_like_for(132, &llama3_8b(1, 4096)).ctas_per_sm, 2);
 }
+
+/// The lengths of a ragged batch: `count` sequences of each length, in order.
+fn ragged(runs: &[(u32, usize)]) -> Vec<u32> {
+    runs.iter().flat_map(|&(len, count)| std::iter::repeat_n(len, count)).collect()
+}
+
+#[test]
+fn auto_cuts_a_ragged_batch_in_chunks() {
+    // One 32k-token sequence beside 63 of 512 (Llama-3-8B). Unsplit, its 8
+    // CTAs stream 16 MiB each while the machine idles (418 us on the H200);
+    // n splits of every sequence would cut the short ones into crumbs.
+    // Chunks of the long one's n-th: it spreads, the short ones stay whole.
+    let plan = plan_of(problem(32, 8, ragged(&[(32768, 1), (512, 63)])), &h200());
+    assert!(plan.rule.min_tiles_per_split > 1, "{plan}");
+    assert!(plan.per_seq[0].active_splits >= 8, "{plan}");
+    assert!(plan.per_seq[1..].iter().all(|s| s.active_splits == 1), "{plan}");
+    let PolicyDetail::Auto { estimated_us, estimated_unsplit_us } = plan.detail else { panic!("{plan}") };
+    assert!(estimated_us < 0.5 * estimated_unsplit_us, "{estimated_us} against {estimated_unsplit_us}");
+}
+
+#[test]
+fn ragged_chunks_are_near_the_h200_sweep_best() {
+    // Split lengths (tokens) that were fastest on the H200 among 512, 1024,
+    // 2048, 4096 and 8192, and the ones within 5% of it
+    // (docs/measurements/2026-12-02-s8-ragged-call1.txt); `auto` must pick a
+    // length between the smallest and the largest of them, or no split
+    // where no split was fastest.
+    let cases: [(usize, usize, Vec<u32>, u32, u32); 8] = [
+        (32, 8, ragged(&[(32768, 1), (512, 63)]), 2048, 2560),
+        (32, 8, ragged(&[(65536, 1), (1024, 15)]), 1024, 2048),
+        (32, 8, (0..64).map(|i| 128 + (8192 - 128) * i / 63).collect(), 1024, 2048),
+        (32, 8, (0..16).map(|i| 256 + (32768 - 256) * i / 15).collect(), 1024, 2560),
+        (32, 8, ragged(&[(16384, 4), (256, 60)]), 1024, 2048),
+        (8, 1, ragged(&[(32768, 1), (512, 63)]), 512, 1024),
+        (8, 1, ragged(&[(65536, 1), (1024, 15)]), 512, 768),
+        (8, 1, (0..64).map(|i| 128 + (8192 - 128) * i / 63).collect(), 512, 1024),
+    ];
+    for (heads, kv_heads, lens, shortest, longest) in cases {
+        let plan = plan_of(problem(heads, kv_heads, lens), &h200());
+        let tokens = plan.rule.min_tiles_per_split * TILE_TOKENS;
+        assert!((shortest..=longest).contains(&tokens), "{tokens} tokens per split, not {shortest}-{longest}: {plan}");
+    }
+    // 256 sequences of 64-4096 tokens: no split was fastest, for both models.
+    for (heads, kv_heads) in [(32, 8), (8, 1)] {
+        let lens: Vec<u32> = (0..256).map(|i| 64 + (4096 - 64) * i / 255).collect();
+        let plan = plan_of(problem(heads, kv_heads, lens), &h200());
+        assert_eq!(plan.num_splits, 1, "{plan}");
+    }
+}
+
+#[test]
+fn nearly_equal_lengths_are_planned_as_equal_ones() {
+    let near: Vec<u32> = (0..32).map(|i| 1000 + 100 * i / 31).collect();
+    let near = plan_of(problem(8, 1, near), &h200());
+    let equal = plan_of(problem(8, 1, vec![1100; 32]), &h200());
+    assert_eq!(near.rule, equal.rule, "{near}\n{equal}");
+}
+
+#[test]
+fn empty_ctas_are_charged() {
+    // 64 one-tile sequences, one KV head: fixed:256 launches 255 empty CTAs
+    // per sequence, fixed:64 63. On the H200: 43.6 against 14.8 us.
+    let batch = problem(8, 1, vec![16; 64]);
+    let estimate = |num_splits| estimate_us(&batch, &h200(), SplitRule { num_splits, min_tiles_per_split: 1 });
+    assert!(estimate(256) > estimate(64) + 20.0, "{} against {}", estimate(256), estimate(64));
+    let cpu = DeviceProps { empty_cta_us: 0.0, ..h200() };
+    assert_eq!(
+        estimate_us(&batch, &cpu, SplitRule { num_splits: 256, min_tiles_per_split: 1 }),
+        estimate_us(&batch, &cpu, SplitRule { num_splits: 64, min_tiles_per_split: 1 })
+    );
+}
