@@ -55,11 +55,7 @@ struct DecodeParams {
     int num_splits;
     int min_tiles_per_split;
     float scale_log2;        // softmax_scale * log2(e): scores are kept in log2 units
-    // 0: the grid is (num_seqs, ..., num_splits). > 0 (split plans, the
-    // tensor-core kernel's _packed entry points): the grid is (packed_items,
-    // ..., 1) and its CTAs take the active (sequence, split) pairs in turn
-    // (decode_stream.cuh, packed_item).
-    int packed_items;
+    int _pad;
 };
 
 struct MergeParams {

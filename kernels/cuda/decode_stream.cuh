@@ -97,105 +97,22 @@ struct CtaWork {
     long long start, end;  // its tokens
 };
 
-// Packed work items (DecodeParams::packed_items > 0; split plans only). A
-// ragged batch cut by a split length gives a short sequence fewer splits
-// than the grid's split dimension, and every empty (sequence, split) CTA of
-// a (num_seqs, ..., num_splits) grid still launches, reads its length and
-// exits: about 0.6 us of a slot each on the H200, tens of microseconds for
-// one long sequence among many short ones. Packed, the grid is
-// (packed_items, ..., 1) and CTA x takes the active pairs x, x + gridDim.x,
-// ... Every CTA counts them from all the lengths (thread t owns sequences
-// t, t + DECODE_THREADS, ...; the pairs are numbered thread by thread, each
-// thread's sequence by sequence, then split by split), so the numbering is
-// the same everywhere, and a graph replayed with longer sequences than it
-// was planned for (more pairs than CTAs) still covers them all.
-#define DECODE_PACK_SEQS_PER_THREAD 16
-#define DECODE_PACK_MAX_SEQS (DECODE_THREADS * DECODE_PACK_SEQS_PER_THREAD)
-
-// The sequence and split of packed pair `item`, and the sequence's guards;
-// false past the last pair (bad and empty sequences have none: the reducer
-// writes their rows). Every thread of the CTA calls it, with the same item.
-DA_DEVICE bool packed_item(const DecodeParams& p, int item, int& seq_out, int& split_out, SeqInfo& info_out) {
-    constexpr int PER = DECODE_PACK_SEQS_PER_THREAD;
-    constexpr int WARPS = DECODE_THREADS / DA_WARP_SIZE;
-    __shared__ int warp_pairs[WARPS];
-    __shared__ int found_seq, found_split, found_len;
-    __shared__ long long found_index_start;
-    __syncthreads();  // the previous item's readers are done with the above
-    int active[PER];
-    int mine = 0;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-        const int b = threadIdx.x + i * DECODE_THREADS;
-        active[i] = 0;
-        if (b < p.num_seqs) {
-            const SeqInfo s = seq_info(p, b);
-            active[i] = s.ok ? (int)split_rule(p, s.len).active_splits : 0;
-        }
-        mine += active[i];
-    }
-    // Pairs before this thread's: a butterfly over the warp (counts stay
-    // below 2^24, exact as floats), then the warps before it.
-    const int lane = threadIdx.x % DA_WARP_SIZE, warp = threadIdx.x / DA_WARP_SIZE;
-    float inclusive = (float)mine, block = (float)mine;
-#pragma unroll
-    for (int o = 1; o < DA_WARP_SIZE; o <<= 1) {
-        const float sibling = da_shfl_xor(block, o);
-        if (lane & o) inclusive += sibling;  // the sibling group precedes this lane's
-        block += sibling;
-    }
-    if (lane == 0) warp_pairs[warp] = (int)block;
-    __syncthreads();
-    int before = (int)inclusive - mine, total = 0;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-        before += w < warp ? warp_pairs[w] : 0;
-        total += warp_pairs[w];
-    }
-    int k = item - before;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-        if (k >= 0 && k < active[i]) {
-            const int b = threadIdx.x + i * DECODE_THREADS;
-            const SeqInfo s = seq_info(p, b);  // cached: read above
-            found_seq = b;
-            found_split = k;
-            found_len = s.len;
-            found_index_start = s.index_start;
-        }
-        k -= active[i];
-    }
-    __syncthreads();
-    if (item >= total) return false;
-    seq_out = found_seq;
-    split_out = found_split;
-    info_out.len = found_len;
-    info_out.index_start = found_index_start;
-    info_out.ok = true;  // a bad sequence has no pairs
-    return true;
-}
-
 // The CTA's work, or false for a surplus split, which exits at once (the
 // unsplit CTA always has work: it writes zeros for s = 0, NaN for a bad
-// sequence). PACKED: pair `item` of the packed numbering, false past the
-// last. Launched programmatically, the kernel before may still be writing
-// Q, the lengths or the index: nothing is read before the wait.
-template <int HEADS, bool PACKED = false>
-DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w, int item = 0) {
+// sequence). Launched programmatically, the kernel before may still be
+// writing Q, the lengths or the index: nothing is read before the wait.
+template <int HEADS>
+DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w) {
     DA_STAMP(0, 0);
     da_wait_for_producer();
-    if constexpr (!PACKED) w.b = blockIdx.x;
+    w.b = blockIdx.x;
     const int group = p.num_q_heads / p.num_kv_heads;
     const int head_groups = da_cdiv(group, HEADS);
     w.kv_head = blockIdx.y / head_groups;
     w.head0 = w.kv_head * group + (blockIdx.y % head_groups) * HEADS;
     w.num_heads = da_min(HEADS, w.kv_head * group + group - w.head0);
-    if constexpr (PACKED) {
-        if (!packed_item(p, item, w.b, w.split, w.seq)) return false;
-    } else {
-        w.split = blockIdx.z;
-        w.seq = seq_info(p, w.b);
-    }
+    w.split = blockIdx.z;
+    w.seq = seq_info(p, w.b);
     const int len = w.seq.ok ? w.seq.len : 0;
     const SeqSplit cut = split_rule(p, len);
     if (p.num_splits != 1 && (unsigned long long)w.split >= cut.active_splits) return false;

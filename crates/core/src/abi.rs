@@ -39,10 +39,7 @@ pub struct DecodeParams {
     pub num_splits: i32,
     pub min_tiles_per_split: i32,
     pub scale_log2: f32,
-    /// 0: the grid is `(num_seqs, .., num_splits)`; > 0: the CUDA tensor-core
-    /// kernel's `_packed` entry points take the active (sequence, split)
-    /// pairs over a grid of this many CTAs (the launching backend sets it).
-    pub packed_items: i32,
+    pub _pad: i32,
 }
 
 /// `MergeParams` of decode_params.h.
@@ -113,7 +110,7 @@ impl DecodeParams {
             num_splits: num_splits as i32,
             min_tiles_per_split: plan.rule.min_tiles_per_split as i32,
             scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
-            packed_items: 0,
+            _pad: 0,
         })
     }
 }
@@ -223,7 +220,7 @@ mod tests {
             offset_of!(DecodeParams, num_splits),
             offset_of!(DecodeParams, min_tiles_per_split),
             offset_of!(DecodeParams, scale_log2),
-            offset_of!(DecodeParams, packed_items),
+            offset_of!(DecodeParams, _pad),
         ];
         assert_eq!(words, [96, 100, 104, 108, 112, 116, 120, 124, 128, 132]);
     }
@@ -272,7 +269,7 @@ mod tests {
                 "num_splits",
                 "min_tiles_per_split",
                 "scale_log2",
-                "packed_items",
+                "_pad",
             ]
         );
     }

@@ -101,19 +101,17 @@ impl DeviceProps {
     /// [`gpu_like`](Self::gpu_like) with what follows for `problem` from the
     /// CUDA backend's default kernel alone, without a device: at head_dim
     /// 256 (f16/bf16) the tensor-core kernel takes 200 KiB of shared memory,
-    /// so one CTA per multiprocessor, and it launches no empty CTA for a
-    /// ragged batch (`empty_cta_us` 0). What depends on the device's occupancy
+    /// so one CTA per multiprocessor. What depends on the device's occupancy
     /// calculator (the stream kernel's f32 and head_dim 192 variants) stays
     /// as `gpu_like` has it.
     pub fn gpu_like_for(num_sms: u32, problem: &DecodeProblem) -> Self {
         let gpu = Self::gpu_like(num_sms);
-        let tensor_core = matches!(problem.dtypes.q, DType::F16 | DType::Bf16)
-            && matches!(problem.shape.head_dim, 64 | 80 | 96 | 112 | 120 | 128 | 256);
-        // The tensor-core kernel launches only the active (sequence, split)
-        // pairs of a plan with many empty ones, for up to 2048 sequences.
-        let empty_cta_us = if tensor_core && problem.num_seqs() <= 2048 { 0.0 } else { gpu.empty_cta_us };
-        let ctas_per_sm = if tensor_core && problem.shape.head_dim == 256 { 1 } else { gpu.ctas_per_sm };
-        DeviceProps { ctas_per_sm, empty_cta_us, ..gpu }
+        let wide_tensor_core = matches!(problem.dtypes.q, DType::F16 | DType::Bf16) && problem.shape.head_dim == 256;
+        if wide_tensor_core {
+            DeviceProps { ctas_per_sm: 1, ..gpu }
+        } else {
+            gpu
+        }
     }
 
     /// CTAs per (sequence, KV head, split) for query groups of `group_size`.

@@ -149,11 +149,6 @@ pub struct CudaOptions {
     /// Which launches of the mma and stream kernels use programmatic
     /// dependent launch (sm_90 and newer; ignored below).
     pub programmatic_launch: ProgrammaticLaunch,
-    /// Launch the tensor-core kernel's whole `(num_seqs, .., num_splits)`
-    /// grid even where most of its CTAs would be empty splits (a ragged
-    /// batch), instead of only the active pairs (`packed_pairs`). For
-    /// measuring what packing saves.
-    pub plain_grid: bool,
 }
 
 /// Programmatic dependent launch (PDL): a kernel launched with it may start
@@ -187,8 +182,8 @@ impl CudaOptions {
     /// Documented entry point that reads the environment:
     /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc`,
     /// `DECODE_ATTN_CUDA_KERNEL=auto|mma|stream|staged|kvgrid`, `DECODE_ATTN_CUDA_HEADS_PER_CTA=1|2|4|8`,
-    /// `DECODE_ATTN_CUDA_PDL=off|reducer|all`, `DECODE_ATTN_CUDA_PACKED=on|off`
-    /// and the cache folder of [`default_cache_dir`].
+    /// `DECODE_ATTN_CUDA_PDL=off|reducer|all` and the cache folder of
+    /// [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
         let kernels = env::choice(
             BACKEND,
@@ -231,16 +226,7 @@ impl CudaOptions {
                 ("0", ProgrammaticLaunch::Off),
             ],
         )?;
-        let plain_grid =
-            env::choice(BACKEND, "DECODE_ATTN_CUDA_PACKED", false, &[("on", false), ("off", true), ("0", true)])?;
-        Ok(CudaOptions {
-            kernels,
-            kernel,
-            max_heads_per_cta,
-            cache_dir: default_cache_dir(),
-            programmatic_launch,
-            plain_grid,
-        })
+        Ok(CudaOptions { kernels, kernel, max_heads_per_cta, cache_dir: default_cache_dir(), programmatic_launch })
     }
 }
 
@@ -298,8 +284,6 @@ pub struct CudaBackend {
     max_heads_per_cta: usize,
     /// What is launched programmatically (`Off` below sm_90).
     programmatic_launch: ProgrammaticLaunch,
-    /// `CudaOptions::plain_grid`.
-    plain_grid: bool,
     /// Shared memory one CTA may opt in to (232448 bytes on sm_90, 166912 on
     /// sm_80): whether the tensor-core kernel's head_dim 256 fits.
     max_shared_per_cta: usize,
@@ -370,7 +354,6 @@ impl CudaBackend {
             kernel: options.kernel,
             max_heads_per_cta: if options.max_heads_per_cta == 0 { 8 } else { options.max_heads_per_cta },
             programmatic_launch,
-            plain_grid: options.plain_grid,
             max_shared_per_cta,
         };
         // The kernel in use at a Llama-3-8B layer (bf16, d = 128, 16-token
@@ -464,11 +447,6 @@ impl CudaBackend {
             // Not measured: these two are opt-in kernels, not `Auto`'s.
             DecodeKernel::Staged | DecodeKernel::KvGrid => (1, GPU_LONE_CTA_SHARE),
         };
-        // The tensor-core kernel launches only the active pairs of a plan
-        // with many empty splits (`packed_pairs`).
-        let packs = matches!(self.kernel_for(problem), DecodeKernel::Auto | DecodeKernel::Mma)
-            && problem.num_seqs() <= PACK_MAX_SEQS
-            && !self.plain_grid;
         let launch = self.launches(problem, 1);
         let ctas_per_sm = self
             .function(&launch.main, launch.shared_mem_bytes)?
@@ -479,7 +457,6 @@ impl CudaBackend {
             tiles_per_cta_step,
             lone_cta_share,
             max_query_heads_per_cta: launch.query_heads_per_cta,
-            empty_cta_us: if packs { 0.0 } else { self.props.empty_cta_us },
             ..self.props.clone()
         })
     }
@@ -700,29 +677,6 @@ fn mma_function(problem: &DecodeProblem) -> String {
     }
 }
 
-/// Sequences a packed launch counts in every CTA (decode_stream.cuh:
-/// DECODE_PACK_MAX_SEQS).
-const PACK_MAX_SEQS: usize = 2048;
-
-/// The active (sequence, split) pairs of `plan`, where launching only those
-/// (the tensor-core kernel's `_packed` entry points, `ctas_per_pair` CTAs
-/// each) saves at least one empty CTA per multiprocessor: a ragged batch cut
-/// by a split length, whose short sequences leave most of a
-/// `(num_seqs, .., num_splits)` grid empty. None for unsplit plans (their
-/// CTAs write the output, the empty ones its zeros) and for batches larger
-/// than a packed launch counts. The count is the plan's; the kernel counts
-/// the pairs of the lengths it finds, so a graph replayed with other lengths
-/// still covers every pair.
-fn packed_pairs(plan: &Plan, ctas_per_pair: u32, num_sms: u32) -> Option<u32> {
-    if !plan.use_split || plan.problem.num_seqs() > PACK_MAX_SEQS {
-        return None;
-    }
-    let pairs: u64 = plan.per_seq.iter().map(|s| s.active_splits as u64).sum();
-    let empty = plan.problem.num_seqs() as u64 * plan.num_splits as u64 - pairs;
-    let pairs = u32::try_from(pairs).ok()?;
-    (pairs > 0 && empty * ctas_per_pair as u64 >= num_sms as u64).then_some(pairs)
-}
-
 fn dtype_suffix(dtype: DType) -> &'static str {
     match dtype {
         DType::F32 => "f32",
@@ -827,17 +781,10 @@ impl DecodeAttention for CudaBackend {
             return Ok(());
         }
         let shape = problem.shape;
-        let mut params = DecodeParams::new(plan, &args, &checked, |buffer, _| Ok(self.ptr(buffer)))?;
-        let num_splits = params.num_splits as u32;
+        let params = ByValue(DecodeParams::new(plan, &args, &checked, |buffer, _| Ok(self.ptr(buffer)))?);
+        let num_splits = params.0.num_splits as u32;
         let split = num_splits > 1;
-        let mut launch = self.launches(problem, num_splits);
-        let packed = if self.plain_grid { None } else { packed_pairs(plan, launch.grid.1, self.props.num_sms) };
-        if let (DecodeKernel::Mma, Some(pairs)) = (self.kernel_for(problem), packed) {
-            launch.main.push_str("_packed");
-            launch.grid = (pairs, launch.grid.1, 1);
-            params.packed_items = pairs as i32;
-        }
-        let params = ByValue(params);
+        let launch = self.launches(problem, num_splits);
         let num_seqs = problem.num_seqs() as u32;
         let main = self.function(&launch.main, launch.shared_mem_bytes)?;
         let config = LaunchConfig {
@@ -974,30 +921,5 @@ mod tests {
         assert!(!mma_applies(&problem(DType::Bf16, 192, KvLayout::block_table(16)), SM90_SHARED));
         assert_eq!(mma_shared_bytes(256), MMA_WIDE_SHARED_BYTES);
         assert_eq!(mma_shared_bytes(128), MMA_RING_BYTES);
-    }
-
-    #[test]
-    fn only_plans_with_many_empty_splits_launch_packed() {
-        let plan_for = |lens: Vec<u32>, policy: &str| {
-            let shape = AttentionShape::new(32, 8, 128).expect("a valid shape");
-            let problem = DecodeProblem::new(shape, DTypes::uniform(DType::Bf16), KvLayout::block_table(16), lens)
-                .expect("a valid problem");
-            decode_attn_core::plan(&problem, policy.parse().expect("a policy"), &DeviceProps::gpu_like(132))
-                .expect("a plan")
-        };
-        // One long sequence among short ones, in splits of 2048 tokens: 16 + 63
-        // active pairs of 64 * 16.
-        let mut ragged = vec![32768];
-        ragged.extend([512; 63]);
-        assert_eq!(packed_pairs(&plan_for(ragged.clone(), "deterministic:2048"), 8, 132), Some(16 + 63));
-        // Equal lengths leave no split empty; unsplit plans never pack.
-        assert_eq!(packed_pairs(&plan_for(vec![4096; 4], "fixed:8"), 8, 132), None);
-        assert_eq!(packed_pairs(&plan_for(ragged, "fixed:1"), 8, 132), None);
-        // A few empty CTAs are not worth a count in every CTA.
-        assert_eq!(packed_pairs(&plan_for(vec![4096, 4096, 16], "fixed:8"), 8, 132), None);
-        // Larger batches than the kernel counts launch the plain grid.
-        let mut huge = vec![8192];
-        huge.extend([16; PACK_MAX_SEQS]);
-        assert_eq!(packed_pairs(&plan_for(huge, "deterministic:256"), 8, 132), None);
     }
 }

@@ -107,11 +107,8 @@ struct MmaKerns {
     int dt, d;
     MmaKern kernel;    // power-of-two block sizes, token indices
     MmaKern anyblock;  // any block size (a multiple of 16)
-    MmaKern packed, anyblock_packed;  // the same over packed (sequence, split) pairs
 };
-#define MK(TN, DTV, D)                                                                         \
-    {DTV, D, decode_mma_##TN##_d##D, decode_mma_##TN##_d##D##_anyblock, decode_mma_##TN##_d##D##_packed, \
-     decode_mma_##TN##_d##D##_anyblock_packed}
+#define MK(TN, DTV, D) {DTV, D, decode_mma_##TN##_d##D, decode_mma_##TN##_d##D##_anyblock}
 #define MK_ALL(TN, DTV) \
     MK(TN, DTV, 64), MK(TN, DTV, 80), MK(TN, DTV, 96), MK(TN, DTV, 112), MK(TN, DTV, 120), MK(TN, DTV, 128), MK(TN, DTV, 256)
 static MmaKerns mma_kernels[] = {MK_ALL(f16, F16), MK_ALL(bf16, BF16)};
@@ -123,11 +120,10 @@ static bool has_mma_kernel(int dt, int d) {
 // As lib.rs mma_function: the anyblock entry for block sizes that are not
 // powers of two, unless `pow2_entry` (a test that it rejects them).
 static bool pow2_entry = false;
-static MmaKern find_mma_kernel(int dt, int d, int layout, int bs, bool packed) {
+static MmaKern find_mma_kernel(int dt, int d, int layout, int bs) {
     const bool anyblock = layout == DECODE_LAYOUT_BLOCK_TABLE && (bs & (bs - 1)) != 0 && !pow2_entry;
     for (auto& k : mma_kernels)
-        if (k.dt == dt && k.d == d)
-            return packed ? (anyblock ? k.anyblock_packed : k.packed) : anyblock ? k.anyblock : k.kernel;
+        if (k.dt == dt && k.d == d) return anyblock ? k.anyblock : k.kernel;
     fprintf(stderr, "no mma kernel %d %d\n", dt, d);
     exit(2);
 }
@@ -153,7 +149,6 @@ struct Case {
     std::vector<int> corrupt;  // per sequence
     float qscale = 2.0f;
     int heads_cap = 8;  // the stream kernel's query heads per CTA, at most (DECODE_ATTN_CUDA_HEADS_PER_CTA)
-    int packed = 0;     // the tensor-core kernel: > 0 launches this many CTAs over packed pairs
 };
 
 enum Kernel { STAGED = 0, STREAM = 1, MMA = 2 };
@@ -316,13 +311,8 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
     if (kernel == MMA) {
         const StreamKerns sk = find_stream_kernels(P.c.dt, P.c.d);
         const int head_groups = (P.c.g + DECODE_MMA_HEADS - 1) / DECODE_MMA_HEADS;
-        const bool packed = P.c.packed > 0;
-        const dim3 grid = packed ? dim3(P.c.packed, P.c.hkv * head_groups, 1)
-                                 : dim3(P.B, P.c.hkv * head_groups, P.c.num_splits);
-        DecodeParams q = p;
-        q.packed_items = packed ? P.c.packed : 0;
-        DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d, P.c.layout, P.c.bs, packed), grid, DECODE_THREADS,
-                      P.c.d > 128 ? MmaGeometry<256>::SMEM_BYTES : MmaGeometry<128>::SMEM_BYTES, s, q);
+        DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d, P.c.layout, P.c.bs), dim3(P.B, P.c.hkv * head_groups, P.c.num_splits), DECODE_THREADS,
+                      P.c.d > 128 ? MmaGeometry<256>::SMEM_BYTES : MmaGeometry<128>::SMEM_BYTES, s, p);
         if (P.c.num_splits > 1) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_REDUCE_THREADS, s, p);
         return;
     }
@@ -685,33 +675,6 @@ int main(int argc, char** argv) {
             c2.heads_cap = cap;
             check_case(c2, "stream heads cap, g 3");
         }
-    }
-    // Packed pairs (a ragged batch cut by a split length): as many CTAs as
-    // pairs, more (the rest exit), and fewer (each CTA takes several pairs in
-    // turn, the ring reused), over both layouts, any block size, head_dim
-    // 256 (Q in shared memory), empty and bad sequences.
-    {
-        auto packed = [](Case c, int ctas, const char* label) {
-            c.packed = ctas;
-            check_case(c, label, 1 << MMA);
-        };
-        const std::vector<int> ragged = {2000, 17, 0, 300, 1, 16, 640};
-        // 2000 tokens = 125 tiles in 8 splits of at least 16 tiles: 8 + 1 + 0 + 2 + 1 + 1 + 3 = 16 pairs.
-        packed({BF16, 128, 2, 4, 0, 16, ragged, 8, 16, {}}, 16, "packed, one CTA per pair");
-        packed({BF16, 128, 2, 4, 0, 16, ragged, 8, 16, {}}, 40, "packed, more CTAs than pairs");
-        packed({BF16, 128, 2, 4, 0, 16, ragged, 8, 16, {}}, 3, "packed, 3 CTAs take turns");
-        packed({F16, 128, 1, 8, 1, 16, ragged, 8, 16, {}}, 5, "packed, token indices");
-        packed({BF16, 128, 2, 4, 0, 48, ragged, 8, 16, {}}, 7, "packed, 48-token blocks");
-        packed({BF16, 256, 1, 16, 0, 16, ragged, 8, 16, {}}, 4, "packed, d256");
-        packed({BF16, 64, 1, 4, 0, 16, {3000, 5}, 300, 1, {}}, 50, "packed, 188 + 1 pairs on 50 CTAs");
-        packed({BF16, 128, 2, 4, 0, 16, {100, 200, 300, 400, 50}, 4, 1, {NONE, NEG_LEN, NONE, TOO_LONG, NONE}}, 2,
-               "packed guards: negative, too long");
-        packed({F16, 64, 2, 3, 1, 32, {100, 200, 300, 400, 50}, 4, 1, {BAD_SLOT, NONE, BAD_SLOT, NONE, NONE}}, 6,
-               "packed guards: bad slot");
-        // More sequences than one thread's share of the count (DECODE_THREADS).
-        std::vector<int> many(300);
-        for (int i = 0; i < 300; ++i) many[i] = i % 7 == 0 ? 200 : i % 5;
-        packed({BF16, 64, 1, 2, 0, 16, many, 4, 4, {}}, 100, "packed, 300 sequences");
     }
     // Guards: NaN for the bad sequence, the others untouched.
     for (int layout = 0; layout < 2; ++layout)
