@@ -101,14 +101,6 @@ struct CtaWork {
 // unsplit CTA always has work: it writes zeros for s = 0, NaN for a bad
 // sequence). Launched programmatically, the kernel before may still be
 // writing Q, the lengths or the index: nothing is read before the wait.
-//
-// Splits are right-aligned in the grid's split dimension: split j of a
-// sequence with `active` splits is plane num_splits - active + j. The grid
-// launches plane by plane, so in a ragged batch cut by a split length the
-// first planes hold only the long sequences' splits and those start at
-// once; every sequence's last split is in the last plane. (Left-aligned,
-// a long sequence's later splits waited behind the short sequences' only
-// ones, and finished last.)
 template <int HEADS>
 DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w) {
     DA_STAMP(0, 0);
@@ -123,15 +115,7 @@ DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w) {
     w.seq = seq_info(p, w.b);
     const int len = w.seq.ok ? w.seq.len : 0;
     const SeqSplit cut = split_rule(p, len);
-    if (p.num_splits != 1) {
-        // active <= planes (the rule's split count); a plane before the
-        // sequence's first is surplus, and so is one past the grid's own.
-        const long long planes = p.num_splits > 0 ? p.num_splits : 1;
-        const long long active = (long long)cut.active_splits;
-        const long long split = (long long)w.split - (planes - active);
-        if (split < 0 || split >= active) return false;
-        w.split = (int)split;
-    }
+    if (p.num_splits != 1 && (unsigned long long)w.split >= cut.active_splits) return false;
     da_launch_dependents();  // the reducer may start; it waits for this grid's stores
     DA_STAMP(0, 1);
     w.start = (long long)w.split * (long long)cut.tiles_per_split * DECODE_TILE_TOKENS;

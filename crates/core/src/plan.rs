@@ -13,10 +13,7 @@
 //! ```
 //!
 //! Split `j` covers tokens `[j * tiles_per_split * 16, (j + 1) * tiles_per_split * 16)`;
-//! the grid has `num_splits` planes of splits, and the CUDA tensor-core and
-//! stream kernels run split `j` in plane `num_splits - active_splits + j`
-//! (right-aligned, so a ragged batch's long sequences launch first); CTAs of
-//! the other planes exit at once. The rule reads only the
+//! CTAs with `j >= active_splits` exit at once. The rule reads only the
 //! sequence's own length, which the kernels read from device memory, so a
 //! captured CUDA graph replays correctly when lengths change: the grid is
 //! fixed, the counts are computed on the device, and the reducer reads exactly
