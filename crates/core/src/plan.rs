@@ -567,7 +567,7 @@ fn auto(problem: &DecodeProblem, device: &DeviceProps) -> (SplitRule, PolicyDeta
             format!("up to {} splits per sequence", rule.num_splits)
         };
         format!(
-            "auto: {cut} ({fill_splits} first fill {} multiprocessors); estimated {us:.1} us against \
+            "auto: {cut} ({fill_splits} splits first fill {} multiprocessors); estimated {us:.1} us against \
              {unsplit_us:.1} us unsplit, partial state included",
             device.num_sms
         )
