@@ -298,6 +298,29 @@ proptest::proptest! {
             proptest::prop_assert_eq!(a, b, "surplus splits are empty");
         }
     }
+
+    /// A captured graph keeps its plan's rule and grid while the lengths
+    /// change: a ragged batch's rule (a split length) still cuts any other
+    /// lengths into at most the grid's splits, each token once.
+    #[test]
+    fn a_plan_replayed_with_other_lengths_stays_inside_its_grid(
+        planned in proptest::collection::vec(0u32..40_000, 2..8),
+        replayed in proptest::collection::vec(0u32..140_000, 8),
+    ) {
+        let plan = plan(&problem(32, 8, planned.clone()), Policy::Auto, &h200()).unwrap();
+        for &s in &replayed[..planned.len()] {
+            let split = plan.rule.split(s);
+            proptest::prop_assert!(split.active_splits <= plan.num_splits);
+            let mut next = 0;
+            for j in 0..split.active_splits {
+                let (a, b) = split.token_range(j);
+                proptest::prop_assert_eq!(a, next);
+                proptest::prop_assert!(b > a);
+                next = b;
+            }
+            proptest::prop_assert_eq!(next, s);
+        }
+    }
 }
 
 #[test]
