@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::{AttentionShape, DType, DTypes, KvLayout};
+use proptest::test_runner::TestCaseError;
 
 fn problem(heads: usize, kv_heads: usize, seq_lens: Vec<u32>) -> DecodeProblem {
     DecodeProblem::new(
@@ -285,17 +286,7 @@ proptest::proptest! {
         let p = problem(kv_heads * 3, kv_heads, lens.clone());
         let plan = plan(&p, policy.parse().unwrap(), &h200()).unwrap();
         for (split, &s) in plan.per_seq.iter().zip(&lens) {
-            proptest::prop_assert!(split.active_splits <= plan.num_splits);
-            let mut next = 0;
-            for j in 0..split.active_splits {
-                let (a, b) = split.token_range(j);
-                proptest::prop_assert_eq!(a, next);
-                proptest::prop_assert!(b > a);
-                next = b;
-            }
-            proptest::prop_assert_eq!(next, s);
-            let (a, b) = split.token_range(split.active_splits);
-            proptest::prop_assert_eq!(a, b, "surplus splits are empty");
+            tiles_once_within(split, s, plan.num_splits)?;
         }
     }
 
@@ -309,18 +300,27 @@ proptest::proptest! {
     ) {
         let plan = plan(&problem(32, 8, planned.clone()), Policy::Auto, &h200()).unwrap();
         for &s in &replayed[..planned.len()] {
-            let split = plan.rule.split(s);
-            proptest::prop_assert!(split.active_splits <= plan.num_splits);
-            let mut next = 0;
-            for j in 0..split.active_splits {
-                let (a, b) = split.token_range(j);
-                proptest::prop_assert_eq!(a, next);
-                proptest::prop_assert!(b > a);
-                next = b;
-            }
-            proptest::prop_assert_eq!(next, s);
+            tiles_once_within(&plan.rule.split(s), s, plan.num_splits)?;
         }
     }
+}
+
+/// `split` cuts a sequence of `seq_len` tokens into at most `num_splits`
+/// consecutive, non-empty token ranges that cover it once; the ranges past
+/// its active splits are empty.
+fn tiles_once_within(split: &SeqSplit, seq_len: u32, num_splits: u32) -> Result<(), TestCaseError> {
+    proptest::prop_assert!(split.active_splits <= num_splits);
+    let mut next = 0;
+    for j in 0..split.active_splits {
+        let (a, b) = split.token_range(j);
+        proptest::prop_assert_eq!(a, next);
+        proptest::prop_assert!(b > a);
+        next = b;
+    }
+    proptest::prop_assert_eq!(next, seq_len);
+    let (a, b) = split.token_range(split.active_splits);
+    proptest::prop_assert_eq!(a, b, "surplus splits are empty");
+    Ok(())
 }
 
 #[test]
