@@ -32,6 +32,11 @@
 #define DECODE_LAYOUT_BLOCK_TABLE 0
 #define DECODE_LAYOUT_TOKEN_INDICES 1
 #define DECODE_MAX_SPLITS 1024  // decode_attn_core::plan::MAX_SPLITS
+// Grid orders of the tensor-core and stream kernels (DecodeParams::grid_order):
+// (num_seqs, head CTAs, num_splits), or the head CTAs of one (sequence,
+// split) next to each other: (head CTAs, num_seqs, num_splits).
+#define DECODE_GRID_SEQS_FIRST 0
+#define DECODE_GRID_HEADS_FIRST 1
 
 struct DecodeParams {
     const void* q;
@@ -55,7 +60,7 @@ struct DecodeParams {
     int num_splits;
     int min_tiles_per_split;
     float scale_log2;        // softmax_scale * log2(e): scores are kept in log2 units
-    int _pad;
+    int grid_order;          // the tensor-core and stream kernels' grid, DECODE_GRID_*
 };
 
 struct MergeParams {

@@ -105,11 +105,13 @@ template <int HEADS>
 DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w) {
     DA_STAMP(0, 0);
     da_wait_for_producer();
-    w.b = blockIdx.x;
+    const bool heads_first = p.grid_order == DECODE_GRID_HEADS_FIRST;
+    const int head_cta = heads_first ? blockIdx.x : blockIdx.y;
+    w.b = heads_first ? blockIdx.y : blockIdx.x;
     const int group = p.num_q_heads / p.num_kv_heads;
     const int head_groups = da_cdiv(group, HEADS);
-    w.kv_head = blockIdx.y / head_groups;
-    w.head0 = w.kv_head * group + (blockIdx.y % head_groups) * HEADS;
+    w.kv_head = head_cta / head_groups;
+    w.head0 = w.kv_head * group + (head_cta % head_groups) * HEADS;
     w.num_heads = da_min(HEADS, w.kv_head * group + group - w.head0);
     w.split = blockIdx.z;
     w.seq = seq_info(p, w.b);

@@ -39,8 +39,16 @@ pub struct DecodeParams {
     pub num_splits: i32,
     pub min_tiles_per_split: i32,
     pub scale_log2: f32,
-    pub _pad: i32,
+    /// [`GRID_SEQS_FIRST`] or [`GRID_HEADS_FIRST`]: how the tensor-core and
+    /// stream kernels read their grid (the launching backend sets it).
+    pub grid_order: i32,
 }
+
+/// `DECODE_GRID_SEQS_FIRST`: the grid is `(num_seqs, head CTAs, num_splits)`.
+pub const GRID_SEQS_FIRST: i32 = 0;
+/// `DECODE_GRID_HEADS_FIRST`: the grid is `(head CTAs, num_seqs,
+/// num_splits)`, so the CTAs of one (sequence, split) launch side by side.
+pub const GRID_HEADS_FIRST: i32 = 1;
 
 /// `MergeParams` of decode_params.h.
 #[repr(C)]
@@ -110,7 +118,7 @@ impl DecodeParams {
             num_splits: num_splits as i32,
             min_tiles_per_split: plan.rule.min_tiles_per_split as i32,
             scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
-            _pad: 0,
+            grid_order: GRID_SEQS_FIRST,
         })
     }
 }
@@ -220,7 +228,7 @@ mod tests {
             offset_of!(DecodeParams, num_splits),
             offset_of!(DecodeParams, min_tiles_per_split),
             offset_of!(DecodeParams, scale_log2),
-            offset_of!(DecodeParams, _pad),
+            offset_of!(DecodeParams, grid_order),
         ];
         assert_eq!(words, [96, 100, 104, 108, 112, 116, 120, 124, 128, 132]);
     }
@@ -269,7 +277,7 @@ mod tests {
                 "num_splits",
                 "min_tiles_per_split",
                 "scale_log2",
-                "_pad",
+                "grid_order",
             ]
         );
     }

@@ -8,6 +8,7 @@
 // Without one (the kernels on CPU fibers, see cuda_emu.h; correctness only):
 //   g++ -std=c++17 -O1 -DDA_EMULATE -x c++ -I kernels/cuda kernels/cuda/test/decode_test.cu -o /tmp/decode_emu
 //   /tmp/decode_emu             # about 5 minutes: 654 cases (249 stream, 161 mma)
+//   /tmp/decode_emu mma [heads] # the tensor-core kernel only; `heads`: its grids heads first
 //
 // It includes decode.cu directly and launches its entry points with <<<>>>,
 // exactly as the host ABI (decode_params.h) says, each case through both
@@ -120,6 +121,8 @@ static bool has_mma_kernel(int dt, int d) {
 // As lib.rs mma_function: the anyblock entry for block sizes that are not
 // powers of two, unless `pow2_entry` (a test that it rejects them).
 static bool pow2_entry = false;
+// Tensor-core grids launched heads first (DECODE_GRID_HEADS_FIRST): `mma heads`.
+static bool heads_first = false;
 static MmaKern find_mma_kernel(int dt, int d, int layout, int bs) {
     const bool anyblock = layout == DECODE_LAYOUT_BLOCK_TABLE && (bs & (bs - 1)) != 0 && !pow2_entry;
     for (auto& k : mma_kernels)
@@ -311,8 +314,12 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
     if (kernel == MMA) {
         const StreamKerns sk = find_stream_kernels(P.c.dt, P.c.d);
         const int head_groups = (P.c.g + DECODE_MMA_HEADS - 1) / DECODE_MMA_HEADS;
-        DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d, P.c.layout, P.c.bs), dim3(P.B, P.c.hkv * head_groups, P.c.num_splits), DECODE_THREADS,
-                      P.c.d > 128 ? MmaGeometry<256>::SMEM_BYTES : MmaGeometry<128>::SMEM_BYTES, s, p);
+        const int head_ctas = P.c.hkv * head_groups;
+        DecodeParams q = p;
+        q.grid_order = heads_first ? DECODE_GRID_HEADS_FIRST : DECODE_GRID_SEQS_FIRST;
+        DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d, P.c.layout, P.c.bs),
+                      heads_first ? dim3(head_ctas, P.B, P.c.num_splits) : dim3(P.B, head_ctas, P.c.num_splits),
+                      DECODE_THREADS, P.c.d > 128 ? MmaGeometry<256>::SMEM_BYTES : MmaGeometry<128>::SMEM_BYTES, s, q);
         if (P.c.num_splits > 1) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_REDUCE_THREADS, s, p);
         return;
     }
@@ -596,6 +603,7 @@ int main(int argc, char** argv) {
     if (argc > 1 && std::string(argv[1]) == "mma") {
         quick = true;
         kernel_filter = 1 << MMA;
+        heads_first = argc > 2 && std::string(argv[2]) == "heads";
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
