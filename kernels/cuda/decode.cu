@@ -313,21 +313,30 @@ DA_DEVICE SeqInfo seq_info(const DecodeParams& p, int b) {
 }
 
 struct SeqSplit {
+    unsigned long long tiles;
     unsigned long long tiles_per_split;
     unsigned long long active_splits;
 };
 
 // tiles = ceil(len / 16); tiles_per_split = max(min_tiles_per_split, 1, ceil(tiles / num_splits));
-// active_splits = ceil(tiles / tiles_per_split).
+// active_splits = ceil(tiles / tiles_per_split). For 0 <= len (every caller
+// checks it first).
+//
+// In 32 bits, which hold every operand (tiles < 2^27, the rest below 2^31):
+// a 64-bit division is a subroutine of about a hundred instructions, and
+// this runs between a CTA's length load and its first block-table load. A
+// 32-bit division's reciprocal is computed from the divisor alone, so for
+// num_splits (a parameter) it is ready before the length arrives. Callers on
+// that path test a split against `tiles` with a multiplication, so the
+// second division (by the per-sequence tiles_per_split) stays off it.
 DA_DEVICE SeqSplit split_rule(const DecodeParams& p, int len) {
-    const unsigned long long tiles = ((unsigned long long)len + DECODE_TILE_TOKENS - 1) / DECODE_TILE_TOKENS;
-    unsigned long long num_splits = (unsigned long long)(unsigned)p.num_splits;
-    if (num_splits == 0) num_splits = 1;
-    unsigned long long per = (unsigned long long)(unsigned)p.min_tiles_per_split;
-    if (per < 1) per = 1;
-    const unsigned long long even = (tiles + num_splits - 1) / num_splits;
+    const unsigned tiles = ((unsigned)len + DECODE_TILE_TOKENS - 1) / DECODE_TILE_TOKENS;
+    const unsigned num_splits = p.num_splits > 0 ? (unsigned)p.num_splits : 1u;
+    unsigned per = p.min_tiles_per_split > 0 ? (unsigned)p.min_tiles_per_split : 1u;
+    const unsigned even = (tiles + num_splits - 1) / num_splits;
     if (even > per) per = even;
     SeqSplit s;
+    s.tiles = tiles;
     s.tiles_per_split = per;
     s.active_splits = (tiles + per - 1) / per;
     return s;

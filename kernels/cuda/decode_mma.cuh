@@ -3,8 +3,9 @@
 //
 // Included by decode.cu after its portable layer, element types, sequence
 // guards and split rule. Launch: grid (num_seqs, num_kv_heads * head_groups,
-// num_splits), DECODE_THREADS threads, MmaGeometry<HEAD_DIM>::SMEM_BYTES of
-// dynamic shared memory (96 KiB, two CTAs per SM; 200 KiB at head_dim 256,
+// num_splits), or heads first (DecodeParams::grid_order, cta_work),
+// DECODE_THREADS threads, MmaGeometry<HEAD_DIM>::SMEM_BYTES of dynamic shared
+// memory (96 KiB, two CTAs per SM; 200 KiB at head_dim 256,
 // one CTA per SM, sm_90 only), head_groups = ceil(g / 16): one CTA serves up
 // to 16 query heads of one KV head, so for g <= 16 each K and V byte is read
 // from HBM exactly once.

@@ -2,7 +2,8 @@
 //
 // Included by decode.cu after its portable layer, element types, sequence
 // guards and split rule. Launch: grid (num_seqs, num_kv_heads * head_groups,
-// num_splits), DECODE_THREADS threads, DECODE_STREAM_RING_BYTES (64 KiB) of
+// num_splits), or with DecodeParams::grid_order heads first (num_kv_heads *
+// head_groups, num_seqs, num_splits) (cta_work), DECODE_THREADS threads, DECODE_STREAM_RING_BYTES (64 KiB) of
 // dynamic shared memory, where head_groups = ceil(g / HEADS) for the
 // kernel's HEADS (query heads per CTA): the host picks the smallest HEADS in
 // {1, 2, 4, 8} that holds the group, so for g <= 8 each K and V byte is read
@@ -101,6 +102,9 @@ struct CtaWork {
 // unsplit CTA always has work: it writes zeros for s = 0, NaN for a bad
 // sequence). Launched programmatically, the kernel before may still be
 // writing Q, the lengths or the index: nothing is read before the wait.
+// Heads first (DECODE_GRID_HEADS_FIRST) the CTAs of one (sequence, split)
+// are consecutive: they read neighbouring bytes of the same blocks, and in
+// a grid of several waves that keeps them in the same wave.
 template <int HEADS>
 DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w) {
     DA_STAMP(0, 0);
@@ -117,7 +121,8 @@ DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w) {
     w.seq = seq_info(p, w.b);
     const int len = w.seq.ok ? w.seq.len : 0;
     const SeqSplit cut = split_rule(p, len);
-    if (p.num_splits != 1 && (unsigned long long)w.split >= cut.active_splits) return false;
+    // split >= active_splits, as a multiplication (split_rule).
+    if (p.num_splits != 1 && (unsigned long long)w.split * cut.tiles_per_split >= cut.tiles) return false;
     da_launch_dependents();  // the reducer may start; it waits for this grid's stores
     DA_STAMP(0, 1);
     w.start = (long long)w.split * (long long)cut.tiles_per_split * DECODE_TILE_TOKENS;

@@ -116,7 +116,9 @@ impl DecodeParams {
             block_size: block_size as i32,
             max_blocks_per_seq: max_blocks_per_seq as i32,
             num_splits: num_splits as i32,
-            min_tiles_per_split: plan.rule.min_tiles_per_split as i32,
+            // Clamped into i32: any length (an i32) has fewer tiles than this,
+            // so a larger minimum means the same one split.
+            min_tiles_per_split: plan.rule.min_tiles_per_split.min(i32::MAX as u32) as i32,
             scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
             grid_order: GRID_SEQS_FIRST,
         })

@@ -200,10 +200,10 @@ pub enum GridOrder {
     /// `(head CTAs, num_seqs, num_splits)`: the CTAs of one (sequence,
     /// split) launch side by side. A token's K (and V) rows of all KV heads
     /// are adjacent in the pool, so those CTAs read neighbouring bytes at
-    /// about the same time. On the H200 this was 0.3-0.8% faster on the
-    /// grids of several waves measured (Llama-3-8B, B=64) and up to 3.8% on
-    /// ragged batches, and within +-0.7% either way on grids of one wave
-    /// (docs/PERFORMANCE.md, version 17).
+    /// about the same time. On the H200, A/B in one call, this was 0.4-1.7%
+    /// faster on the grids of several waves measured (Llama-3-8B, B=64 and
+    /// 256) and up to 4.0% on ragged batches, and within +-0.7% either way
+    /// on grids of one wave (docs/PERFORMANCE.md, version 17).
     HeadsFirst,
 }
 
