@@ -295,11 +295,9 @@ struct SeqInfo {
     bool ok;
 };
 
-// The guards of sequence b whose length `len` was loaded from p.seq_lens[b]
-// (a separate step, so that a caller can issue other loads in between).
-DA_DEVICE SeqInfo seq_info_of(const DecodeParams& p, int b, int len) {
+DA_DEVICE SeqInfo seq_info(const DecodeParams& p, int b) {
     SeqInfo s;
-    s.len = len;
+    s.len = __ldg(p.seq_lens + b);
     s.index_start = 0;
     s.ok = s.len >= 0;
     if (p.layout == DECODE_LAYOUT_BLOCK_TABLE) {
@@ -313,8 +311,6 @@ DA_DEVICE SeqInfo seq_info_of(const DecodeParams& p, int b, int len) {
     }
     return s;
 }
-
-DA_DEVICE SeqInfo seq_info(const DecodeParams& p, int b) { return seq_info_of(p, b, __ldg(p.seq_lens + b)); }
 
 struct SeqSplit {
     unsigned long long tiles;

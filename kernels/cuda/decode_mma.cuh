@@ -146,44 +146,20 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     constexpr int TILE = DECODE_TILE_TOKENS;
     static_assert(TILE == 16, "one tile is the mma's k16 of PV");
 
+    CtaWork work;
+    if (!cta_work<HEADS>(p, work)) return;
+    const int b = work.b, kv_head = work.kv_head, head0 = work.head0, num_heads = work.num_heads, split = work.split;
+    const SeqInfo seq = work.seq;
     // With a block table the block size must be one this entry point locates
     // (a power of two, or any multiple of the tile); any other is reported as
     // bad input and no tile is read (a shift would index past the table row,
     // a tile across two blocks would read another block's slots).
     const bool block_table = p.layout == DECODE_LAYOUT_BLOCK_TABLE;
-    const bool blocks_ok = POW2_BLOCKS ? p.block_size > 0 && (p.block_size & (p.block_size - 1)) == 0
+    const bool blocks_ok = POW2_BLOCKS ? (p.block_size & (p.block_size - 1)) == 0
                                        : p.block_size > 0 && p.block_size % TILE == 0;
-    const int block_shift = da_ffs(p.block_size) - 1;
-    const int block_mask = p.block_size - 1;
-    // The divisor of the other block sizes; never zero (a bad one reads no tile).
-    const int block_divisor = POW2_BLOCKS || blocks_ok ? p.block_size : TILE;
-    const int warp = threadIdx.x / DA_WARP_SIZE;
-    // Pipeline over the warp's tiles: tile `first`, then every `step` tokens.
-    const long long step = (long long)G::WARPS * TILE;
-
-    // The block-table entries of the pipeline's prologue, guessed from the
-    // host's tiles_per_split_hint and loaded while the length is in flight:
-    // otherwise they wait for it, a second round trip before the first KV
-    // copy. An entry inside the row is a valid read whatever the length; one
-    // for a tile the length rules out is never used.
-    int guessed[G::STAGES + 1];
-    auto prefetch = [&](int b, int split) {
-        const long long hint = p.tiles_per_split_hint;
-        const long long first = (long long)split * hint * TILE + (long long)warp * TILE;
-        const int* row = p.block_table + (long long)b * p.max_blocks_per_seq;
-#pragma unroll
-        for (int stage = 0; stage <= G::STAGES; ++stage) {
-            const long long tok = first + stage * step;
-            const long long at = POW2_BLOCKS ? tok >> block_shift : tok / block_divisor;
-            guessed[stage] = block_table && blocks_ok && hint > 0 && at < p.max_blocks_per_seq ? __ldg(row + at) : 0;
-        }
-    };
-    CtaWork work;
-    if (!cta_work<HEADS>(p, work, prefetch)) return;
-    const int b = work.b, kv_head = work.kv_head, head0 = work.head0, num_heads = work.num_heads, split = work.split;
-    const SeqInfo seq = work.seq;
     int bad = seq.ok && (blocks_ok || !block_table) ? 0 : 1;
     const long long start = work.start, end = bad ? work.start : work.end;
+    const int warp = threadIdx.x / DA_WARP_SIZE;
     const int lane = threadIdx.x % DA_WARP_SIZE;
     const int gid = lane / 4;  // the mma's groupID: rows of A and C, column of B
     const int tig = lane % 4;  // thread in group
@@ -227,6 +203,10 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     const char* k_base = reinterpret_cast<const char*>(p.k_cache) + (long long)kv_head * HEAD_DIM * 2;
     const char* v_base = reinterpret_cast<const char*>(p.v_cache) + (long long)kv_head * HEAD_DIM * 2;
     const int* index = index_row(p, b, seq);
+    const int block_shift = da_ffs(p.block_size) - 1;
+    const int block_mask = p.block_size - 1;
+    // The divisor of the other block sizes; never zero (a bad one reads no tile).
+    const int block_divisor = POW2_BLOCKS || blocks_ok ? p.block_size : TILE;
 
     // Where this lane's copies of the tile starting at `first` come from:
     // rows lane / PITCH + ROWS_PER_COPY * i, chunk lane % PITCH. A tile lies
@@ -403,13 +383,11 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     };
 
     // Pipeline over the warp's tiles (stride `step`), as in the stream kernel.
+    const long long step = (long long)G::WARPS * TILE;
     const long long first = start + (long long)warp * TILE;
     int entries[G::STAGES + 1];
-    const bool guessed_right = (long long)work.tiles_per_split == (long long)p.tiles_per_split_hint;
 #pragma unroll
-    for (int stage = 0; stage <= G::STAGES; ++stage)
-        entries[stage] = guessed_right ? (block_table && first + stage * step < end ? guessed[stage] : 0)
-                                       : entry(first + stage * step);
+    for (int stage = 0; stage <= G::STAGES; ++stage) entries[stage] = entry(first + stage * step);
 #pragma unroll
     for (int stage = 0; stage < G::STAGES - 1; ++stage) issue(locate(first + stage * step, entries[stage]), stage);
     DA_STAMP(0, 2);

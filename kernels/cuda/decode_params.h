@@ -61,12 +61,6 @@ struct DecodeParams {
     int min_tiles_per_split;
     float scale_log2;        // softmax_scale * log2(e): scores are kept in log2 units
     int grid_order;          // the tensor-core and stream kernels' grid, DECODE_GRID_*
-    // The split rule's tiles_per_split for the plan's longest sequence (the
-    // host's guess for every sequence; 0: none). The tensor-core kernel loads
-    // its first block-table entries from it while the length is in flight,
-    // and uses them where the length gives the same tiles_per_split.
-    int tiles_per_split_hint;
-    int _pad;
 };
 
 struct MergeParams {

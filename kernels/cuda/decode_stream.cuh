@@ -95,13 +95,7 @@ struct CtaWork {
     int num_heads;  // query heads it serves, <= HEADS
     int split;
     SeqInfo seq;
-    unsigned long long tiles_per_split;  // the split rule's, for this sequence
     long long start, end;  // its tokens
-};
-
-// cta_work's default: nothing to load before the length arrives.
-struct NoPrefetch {
-    DA_DEVICE void operator()(int, int) const {}
 };
 
 // The CTA's work, or false for a surplus split, which exits at once (the
@@ -111,10 +105,8 @@ struct NoPrefetch {
 // Heads first (DECODE_GRID_HEADS_FIRST) the CTAs of one (sequence, split)
 // are consecutive: they read neighbouring bytes of the same blocks, and in
 // a grid of several waves that keeps them in the same wave.
-// `prefetch(b, split)` runs right after the length load is issued: loads
-// that need only the sequence and the split overlap that round trip.
-template <int HEADS, typename Prefetch = NoPrefetch>
-DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w, const Prefetch& prefetch = Prefetch()) {
+template <int HEADS>
+DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w) {
     DA_STAMP(0, 0);
     da_wait_for_producer();
     const bool heads_first = p.grid_order == DECODE_GRID_HEADS_FIRST;
@@ -126,14 +118,9 @@ DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w, const Prefetch& prefe
     w.head0 = w.kv_head * group + (head_cta % head_groups) * HEADS;
     w.num_heads = da_min(HEADS, w.kv_head * group + group - w.head0);
     w.split = blockIdx.z;
-    // The length's load, the prefetch's, then the first use of the length:
-    // in this order the prefetch's loads issue before the wait for it.
-    const int loaded_len = __ldg(p.seq_lens + w.b);
-    prefetch(w.b, w.split);
-    w.seq = seq_info_of(p, w.b, loaded_len);
+    w.seq = seq_info(p, w.b);
     const int len = w.seq.ok ? w.seq.len : 0;
     const SeqSplit cut = split_rule(p, len);
-    w.tiles_per_split = cut.tiles_per_split;
     // split >= active_splits, as a multiplication (split_rule).
     if (p.num_splits != 1 && (unsigned long long)w.split * cut.tiles_per_split >= cut.tiles) return false;
     da_launch_dependents();  // the reducer may start; it waits for this grid's stores

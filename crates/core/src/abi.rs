@@ -42,12 +42,6 @@ pub struct DecodeParams {
     /// [`GRID_SEQS_FIRST`] or [`GRID_HEADS_FIRST`]: how the tensor-core and
     /// stream kernels read their grid (the launching backend sets it).
     pub grid_order: i32,
-    /// The split rule's `tiles_per_split` for the plan's longest sequence:
-    /// the kernel's guess for every sequence, so that it can load its first
-    /// block-table entries while the length is still in flight (a wrong
-    /// guess costs the wait it would have had anyway). 0: no guess.
-    pub tiles_per_split_hint: i32,
-    pub _pad: i32,
 }
 
 /// `DECODE_GRID_SEQS_FIRST`: the grid is `(num_seqs, head CTAs, num_splits)`.
@@ -127,8 +121,6 @@ impl DecodeParams {
             min_tiles_per_split: plan.rule.min_tiles_per_split.min(i32::MAX as u32) as i32,
             scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
             grid_order: GRID_SEQS_FIRST,
-            tiles_per_split_hint: i32::try_from(plan.rule.split(problem.max_seq_len()).tiles_per_split).unwrap_or(0),
-            _pad: 0,
         })
     }
 }
@@ -210,8 +202,8 @@ mod tests {
 
     #[test]
     fn layout_matches_decode_params_h() {
-        // 10 pointers, 2 long longs, 10 ints, a float and the pad int.
-        assert_eq!(size_of::<DecodeParams>(), 144);
+        // 10 pointers, 2 long longs, 8 ints, a float and the pad int.
+        assert_eq!(size_of::<DecodeParams>(), 136);
         assert_eq!(align_of::<DecodeParams>(), 8);
         let pointers = [
             offset_of!(DecodeParams, q),
@@ -239,10 +231,8 @@ mod tests {
             offset_of!(DecodeParams, min_tiles_per_split),
             offset_of!(DecodeParams, scale_log2),
             offset_of!(DecodeParams, grid_order),
-            offset_of!(DecodeParams, tiles_per_split_hint),
-            offset_of!(DecodeParams, _pad),
         ];
-        assert_eq!(words, [96, 100, 104, 108, 112, 116, 120, 124, 128, 132, 136, 140]);
+        assert_eq!(words, [96, 100, 104, 108, 112, 116, 120, 124, 128, 132]);
     }
 
     #[test]
@@ -290,8 +280,6 @@ mod tests {
                 "min_tiles_per_split",
                 "scale_log2",
                 "grid_order",
-                "tiles_per_split_hint",
-                "_pad",
             ]
         );
     }

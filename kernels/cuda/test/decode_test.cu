@@ -272,11 +272,6 @@ static DecodeParams make_params(const Problem& P, DeviceProblem& D) {
     p.max_blocks_per_seq = P.mbps;
     p.num_splits = c.num_splits;
     p.min_tiles_per_split = c.min_tiles;
-    // As DecodeParams::new: the rule's tiles_per_split for the longest
-    // sequence, which the other lengths of a case share or not (both paths).
-    int longest = 0;
-    for (int len : c.lens) longest = std::max(longest, len);
-    p.tiles_per_split_hint = (int)host_split_rule(longest, std::max(c.num_splits, 1), c.min_tiles).per;
     p.scale_log2 = (float)(1.0 / std::sqrt((double)c.d) * 1.4426950408889634);
     return p;
 }
