@@ -65,7 +65,6 @@ pub const MMA_HEADS_PER_CTA: usize = 16;
 /// memory); others (192) run on the stream kernel.
 pub const MMA_HEAD_DIMS: [usize; 7] = [64, 80, 96, 112, 120, 128, 256];
 
-/// The tensor-core kernel's dynamic shared memory at `head_dim`.
 /// Whether the tensor-core kernel's `(num_seqs, head CTAs, num_splits)`
 /// grid launches heads first under `order` ([`GridOrder`]) on a device of
 /// `num_sms` multiprocessors. The grid's y dimension holds at most 65535, so
@@ -98,6 +97,7 @@ fn mma_ctas_per_sm(head_dim: usize) -> u32 {
     }
 }
 
+/// The tensor-core kernel's dynamic shared memory at `head_dim`.
 fn mma_shared_bytes(head_dim: usize) -> u32 {
     if head_dim > 128 {
         MMA_WIDE_SHARED_BYTES
