@@ -3,9 +3,10 @@
 // Included by decode.cu after its portable layer, element types, sequence
 // guards and split rule. Launch: grid (num_seqs, num_kv_heads * head_groups,
 // num_splits), or with DecodeParams::grid_order heads first (num_kv_heads *
-// head_groups, num_seqs, num_splits) (cta_work), DECODE_THREADS threads, DECODE_STREAM_RING_BYTES (64 KiB) of
-// dynamic shared memory, where head_groups = ceil(g / HEADS) for the
-// kernel's HEADS (query heads per CTA): the host picks the smallest HEADS in
+// head_groups, num_seqs, num_splits) (cta_work), DECODE_THREADS threads,
+// DECODE_STREAM_RING_BYTES (64 KiB) of dynamic shared memory, where
+// head_groups = ceil(g / HEADS) for the kernel's HEADS (query heads per
+// CTA): the host picks the smallest HEADS in
 // {1, 2, 4, 8} that holds the group, so for g <= 8 each K and V byte is read
 // from HBM exactly once.
 //
