@@ -488,10 +488,13 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     const int active = (int)split_rule(p, seq.len).active_splits;
     DA_STAMP(1, 1);
     da_wait_for_producer();  // the partial rows are not
-    // The kernel after this one may launch now: if it was launched
-    // programmatically it waits (griddepcontrol.wait) for this grid to finish
-    // before it reads anything, so only its launch overlaps the reduce.
-    da_launch_dependents();
+    // No early trigger (griddepcontrol.launch_dependents): the kernel after
+    // this one, launched programmatically, starts as these CTAs exit. An
+    // early trigger let our next decode grid launch while these CTAs (one
+    // per query head: hundreds at large batch) still held the SMs, and the
+    // scheduler put its CTAs where they left room, unevenly: Llama-3-70B at
+    // TP=8, B=64, s=1024 ran 11% slower that way, behind 512 reducer CTAs
+    // (docs/PERFORMANCE.md, version 19).
     DA_STAMP(1, 2);
     const float4* acc = reinterpret_cast<const float4*>(p.partial_acc + q_head * p.num_splits * HEAD_DIM);
     const float* ml = p.partial_ml + 2 * q_head * p.num_splits;

@@ -216,11 +216,20 @@ pub enum ProgrammaticLaunch {
     Off,
     /// The split reducer starts while the decode grid drains (the decode
     /// kernels let it, `griddepcontrol.launch_dependents`).
-    #[default]
     Reducer,
     /// Also the decode kernel itself starts while whatever kernel precedes it
-    /// drains; it waits before its first load, so the previous kernel may
-    /// write Q, lengths or block tables.
+    /// drains; it waits before its first load (and so before any store), so
+    /// the previous kernel may write Q, lengths, block tables or KV, and may
+    /// still read our output. The default: the driver launches a dependent
+    /// grid only once every CTA of the previous grid has run its trigger or
+    /// exited, so our waiting CTAs take only what that grid's resident CTAs
+    /// leave free and cannot hold any of them back. What it saves is part of
+    /// the launch: 0.1-0.2 µs of a small call on the H200, within 0.3% either
+    /// way on large ones (docs/PERFORMANCE.md, version 19). Where the
+    /// previous kernel triggers early, our CTAs are placed wherever its CTAs
+    /// leave room, which can be uneven (our own reducer did that, so it no
+    /// longer triggers early); `Reducer` avoids it.
+    #[default]
     All,
 }
 
@@ -274,7 +283,7 @@ impl CudaOptions {
         let programmatic_launch = env::choice(
             BACKEND,
             "DECODE_ATTN_CUDA_PDL",
-            ProgrammaticLaunch::Reducer,
+            ProgrammaticLaunch::All,
             &[
                 ("off", ProgrammaticLaunch::Off),
                 ("reducer", ProgrammaticLaunch::Reducer),
