@@ -221,18 +221,14 @@ struct KvgCut {
 };
 
 // tiles = ceil(len / 16); per = max(min_tiles_per_split, 1, ceil(tiles / num_splits)); active = ceil(tiles / per).
-// In 32 bits, as decode.cu's split_rule and for its reason: every operand
-// fits (tiles < 2^27, the parameters below 2^31, so no sum passes 2^32),
-// and a 64-bit division is a long software routine on either vendor,
-// between a workgroup's length load and its first index load.
 DA_DEVICE KvgCut kvg_cut(const DecodeParams& p, int len) {
-    const unsigned tiles = ((unsigned)len + DECODE_TILE_TOKENS - 1) / DECODE_TILE_TOKENS;
-    const unsigned splits = p.num_splits > 0 ? (unsigned)p.num_splits : 1u;
-    unsigned per = p.min_tiles_per_split > 1 ? (unsigned)p.min_tiles_per_split : 1u;
-    const unsigned even = (tiles + splits - 1) / splits;
+    const long long tiles = ((long long)len + DECODE_TILE_TOKENS - 1) / DECODE_TILE_TOKENS;
+    const long long splits = p.num_splits > 0 ? (long long)p.num_splits : 1;
+    long long per = p.min_tiles_per_split > 1 ? (long long)p.min_tiles_per_split : 1;
+    const long long even = (tiles + splits - 1) / splits;
     if (even > per) per = even;
     KvgCut c;
-    c.split_tokens = (long long)per * DECODE_TILE_TOKENS;
+    c.split_tokens = per * DECODE_TILE_TOKENS;
     c.active = (tiles + per - 1) / per;
     return c;
 }
