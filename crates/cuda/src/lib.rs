@@ -253,13 +253,13 @@ impl CudaOptions {
         let kernels = env::choice(
             BACKEND,
             "DECODE_ATTN_CUDA_KERNELS",
-            KernelSource::Auto,
+            KernelSource::default(),
             &[("auto", KernelSource::Auto), ("embedded", KernelSource::Embedded), ("nvrtc", KernelSource::Nvrtc)],
         )?;
         let kernel = env::choice(
             BACKEND,
             "DECODE_ATTN_CUDA_KERNEL",
-            DecodeKernel::Auto,
+            DecodeKernel::default(),
             &[
                 ("auto", DecodeKernel::Auto),
                 ("mma", DecodeKernel::Mma),
@@ -283,7 +283,7 @@ impl CudaOptions {
         let programmatic_launch = env::choice(
             BACKEND,
             "DECODE_ATTN_CUDA_PDL",
-            ProgrammaticLaunch::All,
+            ProgrammaticLaunch::default(),
             &[
                 ("off", ProgrammaticLaunch::Off),
                 ("reducer", ProgrammaticLaunch::Reducer),
@@ -294,7 +294,7 @@ impl CudaOptions {
         let grid_order = env::choice(
             BACKEND,
             "DECODE_ATTN_CUDA_GRID",
-            GridOrder::Auto,
+            GridOrder::default(),
             &[("auto", GridOrder::Auto), ("seqs", GridOrder::SeqsFirst), ("heads", GridOrder::HeadsFirst)],
         )?;
         Ok(CudaOptions {
