@@ -27,7 +27,7 @@ use decode_attn_core::{
     KvLayout, MergeArgs, Plan, Policy, Result, GPU_LONE_CTA_SHARE, GPU_STREAM_LONE_CTA_SHARE,
 };
 
-use decode_attn_core::abi::{DecodeParams, MergeParams, GRID_HEADS_FIRST};
+use decode_attn_core::abi::{DecodeParams, MergeParams, GRID_HEADS_FIRST, GRID_SEQS_FIRST};
 use decode_attn_core::env;
 pub use nvrtc::{default_cache_dir, NVRTC_CANDIDATES};
 use params::ByValue;
@@ -455,22 +455,32 @@ impl CudaBackend {
         let num_seqs = problem.num_seqs() as u32;
         let num_kv_heads = shape.num_kv_heads as u32;
         match self.kernel_for(problem) {
-            DecodeKernel::Auto | DecodeKernel::Mma => Launch {
-                main: mma_function(problem),
-                reduce: format!("decode_stream_reduce_{suffix}"),
-                grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(MMA_HEADS_PER_CTA) as u32, num_splits),
-                threads: DECODE_THREADS,
-                reduce_threads: REDUCE_THREADS,
-                shared_mem_bytes: mma_shared_bytes(shape.head_dim),
-                query_heads_per_cta: MMA_HEADS_PER_CTA as u32,
-                programmatic: true,
-            },
+            DecodeKernel::Auto | DecodeKernel::Mma => {
+                let head_ctas = num_kv_heads * shape.group_size().div_ceil(MMA_HEADS_PER_CTA) as u32;
+                let heads_first = self.heads_first((num_seqs, head_ctas, num_splits), shape.head_dim);
+                Launch {
+                    main: mma_function(problem),
+                    reduce: format!("decode_stream_reduce_{suffix}"),
+                    grid: if heads_first {
+                        (head_ctas, num_seqs, num_splits)
+                    } else {
+                        (num_seqs, head_ctas, num_splits)
+                    },
+                    grid_order: if heads_first { GRID_HEADS_FIRST } else { GRID_SEQS_FIRST },
+                    threads: DECODE_THREADS,
+                    reduce_threads: REDUCE_THREADS,
+                    shared_mem_bytes: mma_shared_bytes(shape.head_dim),
+                    query_heads_per_cta: MMA_HEADS_PER_CTA as u32,
+                    programmatic: true,
+                }
+            }
             DecodeKernel::Stream => {
                 let heads = stream_heads_per_cta(shape.group_size()).min(self.max_heads_per_cta);
                 Launch {
                     main: format!("decode_stream_{suffix}_h{heads}"),
                     reduce: format!("decode_stream_reduce_{suffix}"),
                     grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(heads) as u32, num_splits),
+                    grid_order: GRID_SEQS_FIRST,
                     threads: DECODE_THREADS,
                     reduce_threads: REDUCE_THREADS,
                     shared_mem_bytes: STREAM_RING_BYTES,
@@ -482,6 +492,7 @@ impl CudaBackend {
                 main: format!("decode_attn_{suffix}"),
                 reduce: format!("decode_attn_reduce_{suffix}"),
                 grid: (num_seqs, num_kv_heads, num_splits),
+                grid_order: GRID_SEQS_FIRST, // not read by this kernel
                 threads: DECODE_THREADS,
                 reduce_threads: DECODE_THREADS,
                 shared_mem_bytes: 0,
@@ -492,6 +503,7 @@ impl CudaBackend {
                 main: format!("decode_kvgrid_{suffix}"),
                 reduce: format!("decode_kvgrid_reduce_{suffix}"),
                 grid: (num_seqs, num_splits, num_kv_heads),
+                grid_order: GRID_SEQS_FIRST, // not read by this kernel
                 threads: KVGRID_THREADS,
                 reduce_threads: KVGRID_THREADS,
                 shared_mem_bytes: 0,
@@ -725,6 +737,8 @@ struct Launch {
     main: String,
     reduce: String,
     grid: (u32, u32, u32),
+    /// How the main kernel reads `grid` (`DecodeParams::grid_order`).
+    grid_order: i32,
     threads: u32,
     reduce_threads: u32,
     shared_mem_bytes: u32,
@@ -868,11 +882,8 @@ impl DecodeAttention for CudaBackend {
         let mut params = DecodeParams::new(plan, &args, &checked, |buffer, _| Ok(self.ptr(buffer)))?;
         let num_splits = params.num_splits as u32;
         let split = num_splits > 1;
-        let mut launch = self.launches(problem, num_splits);
-        if self.kernel_for(problem) == DecodeKernel::Mma && self.heads_first(launch.grid, shape.head_dim) {
-            launch.grid = (launch.grid.1, launch.grid.0, launch.grid.2);
-            params.grid_order = GRID_HEADS_FIRST;
-        }
+        let launch = self.launches(problem, num_splits);
+        params.grid_order = launch.grid_order;
         let params = ByValue(params);
         let num_seqs = problem.num_seqs() as u32;
         let main = self.function(&launch.main, launch.shared_mem_bytes)?;
