@@ -445,6 +445,37 @@ fn block_sizes_that_are_not_powers_of_two_run_on_the_tensor_core_kernel_and_matc
     }
 }
 
+/// Decodes `lens` (Llama-3-8B's shape, bf16) once per option set under
+/// `policy`, with the output poisoned first; asserts each result against the
+/// f64 reference and that every option set's output bytes equal the first's.
+fn outputs_identical_across<O: std::fmt::Debug>(
+    options: &[(O, CudaOptions)],
+    layout: KvLayout,
+    lens: &[u32],
+    policy: &str,
+) {
+    let p = problem(layout, lens.to_vec());
+    let batch = HostBatch::random(&p, 31);
+    let reference = decode_reference(&batch, p.shape.default_scale());
+    let mut outputs = Vec::new();
+    for (what, options) in options {
+        let backend = CudaBackend::with_options(0, options.clone()).unwrap();
+        let plan = backend.plan(&p, policy.parse().unwrap()).unwrap();
+        let mut device = DeviceBatch::new(&backend, &batch, plan.workspace_bytes);
+        backend.upload(&mut device.out, &nan_bytes(DType::Bf16, p.out_bytes())).unwrap();
+        backend.decode(&plan, device.args(layout == KvLayout::block_table(16))).unwrap();
+        let mut bytes = vec![0u8; device.out.len_bytes()];
+        backend.download(&device.out, &mut bytes).unwrap();
+        let got = dtype::decode(DType::Bf16, &bytes);
+        let err = relative_error(&got, &reference);
+        assert!(err < 1e-2, "{layout}, {policy}, {what:?}: relerr {err}");
+        outputs.push((what, bytes));
+    }
+    for (what, bytes) in &outputs[1..] {
+        assert!(bytes == &outputs[0].1, "{layout}, {policy}: {what:?} differs from {:?}", outputs[0].0);
+    }
+}
+
 /// The tensor-core kernel's grid orders (heads first, sequences first, and
 /// `Auto`'s choice) give the same outputs bit for bit, and the reference's:
 /// a grid of several waves (48 sequences x 8 KV heads x 4 splits, and
@@ -458,29 +489,13 @@ fn grid_orders_give_identical_outputs() {
         return;
     }
     let lens: Vec<u32> = (0..48u32).map(|i| [0, 1, 17, 300, 1000, 2500][i as usize % 6] + i).collect();
+    let options: Vec<_> = [GridOrder::SeqsFirst, GridOrder::HeadsFirst, GridOrder::Auto]
+        .into_iter()
+        .map(|grid_order| (grid_order, CudaOptions { grid_order, ..CudaOptions::default() }))
+        .collect();
     for layout in [KvLayout::block_table(16), KvLayout::token_indices(1)] {
         for policy in ["fixed:4", "fixed:1"] {
-            let p = problem(layout, lens.clone());
-            let batch = HostBatch::random(&p, 31);
-            let reference = decode_reference(&batch, p.shape.default_scale());
-            let mut outputs = Vec::new();
-            for grid_order in [GridOrder::SeqsFirst, GridOrder::HeadsFirst, GridOrder::Auto] {
-                let backend =
-                    CudaBackend::with_options(0, CudaOptions { grid_order, ..CudaOptions::default() }).unwrap();
-                let plan = backend.plan(&p, policy.parse().unwrap()).unwrap();
-                let mut device = DeviceBatch::new(&backend, &batch, plan.workspace_bytes);
-                backend.upload(&mut device.out, &nan_bytes(DType::Bf16, p.out_bytes())).unwrap();
-                backend.decode(&plan, device.args(layout == KvLayout::block_table(16))).unwrap();
-                let mut bytes = vec![0u8; device.out.len_bytes()];
-                backend.download(&device.out, &mut bytes).unwrap();
-                let got = dtype::decode(DType::Bf16, &bytes);
-                let err = relative_error(&got, &reference);
-                assert!(err < 1e-2, "{layout}, {policy}, {grid_order:?}: relerr {err}");
-                outputs.push((grid_order, bytes));
-            }
-            for (order, bytes) in &outputs[1..] {
-                assert!(bytes == &outputs[0].1, "{layout}, {policy}: {order:?} differs from {:?}", outputs[0].0);
-            }
+            outputs_identical_across(&options, layout, &lens, policy);
         }
     }
 }
