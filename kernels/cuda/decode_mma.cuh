@@ -388,12 +388,26 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     int entries[G::STAGES + 1];
 #pragma unroll
     for (int stage = 0; stage <= G::STAGES; ++stage) entries[stage] = entry(first + stage * step);
+    // The prologue's stages are issued by a loop that is not unrolled, and
+    // `entries` moves down a slot per stage (register moves; an indexed
+    // array would live in local memory). Unrolled, each stage was its own
+    // copy of `locate` and `issue` (the second stage's: 900 instructions of
+    // SASS at head_dim 128), and a call whose code is not in the caches (in
+    // an engine, other kernels run between two layers' attention) fetched
+    // every copy on its way to the first tile: on the H200, `bench --cold`
+    // 70B at TP=8 B=1 s=1024 9.6 -> 6.3 us, 8B B=1 s=4096 14.1 -> 10.9;
+    // warm back-to-back calls pay 0.1-0.18 us for the loop
+    // (docs/PERFORMANCE.md, version 20).
+#pragma unroll 1
+    for (int stage = 0; stage < G::STAGES - 1; ++stage) {
+        issue(locate(first + stage * step, entries[0]), stage);
 #pragma unroll
-    for (int stage = 0; stage < G::STAGES - 1; ++stage) issue(locate(first + stage * step, entries[stage]), stage);
+        for (int i = 0; i < G::STAGES; ++i) entries[i] = entries[i + 1];
+    }
     DA_STAMP(0, 2);
     if constexpr (G::WIDE) __syncthreads();  // Q is in shared memory
-    Offsets next = locate(first + (G::STAGES - 1) * step, entries[G::STAGES - 1]);
-    int next_entry = entries[G::STAGES];  // of the tile after `next`
+    Offsets next = locate(first + (G::STAGES - 1) * step, entries[0]);
+    int next_entry = entries[1];  // of the tile after `next`
     int stage = 0;
     for (long long it = first; it < end; it += step) {
         da_cp_async_wait<G::STAGES - 2>();  // this lane's copies of this tile have landed
@@ -463,3 +477,4 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
         decode_mma_##TNAME##_d##D##_anyblock(const DecodeParams p) {                                         \
         decode_mma_body<T, D, false>(p);                                                                  \
     }
+

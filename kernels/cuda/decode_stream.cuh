@@ -124,7 +124,12 @@ DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w) {
     const SeqSplit cut = split_rule(p, len);
     // split >= active_splits, as a multiplication (split_rule).
     if (p.num_splits != 1 && (unsigned long long)w.split * cut.tiles_per_split >= cut.tiles) return false;
-    da_launch_dependents();  // the reducer may start; it waits for this grid's stores
+    // A split call's dependent is our reducer, which may start now: it waits
+    // for this grid's stores. An unsplit call's is the caller's next kernel,
+    // which starts as these CTAs exit: triggered early, it was placed around
+    // them and ran slower (`bench --cold` behind an unrelated decode: 8B
+    // B=16 s=1024 49 us against 21 us warm; docs/PERFORMANCE.md, version 20).
+    if (p.num_splits != 1) da_launch_dependents();
     DA_STAMP(0, 1);
     w.start = (long long)w.split * (long long)cut.tiles_per_split * DECODE_TILE_TOKENS;
     w.end = da_min_ll(len, w.start + (long long)cut.tiles_per_split * DECODE_TILE_TOKENS);

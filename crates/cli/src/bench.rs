@@ -7,6 +7,10 @@
 //! like `bench_peers.py`, far more than a 60 MB L2. Bytes are counted as the
 //! peers count them (KV + Q + output), against a device-to-device copy
 //! (read + write) measured in the same run.
+//!
+//! `--cold` times each call behind an unrelated one instead of behind its
+//! own previous call (below, `Evictor`): nearer what an engine sees, whose
+//! other kernels run between two layers' attention.
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
@@ -100,6 +104,15 @@ pub struct BenchArgs {
     /// Also write rows to this CSV (model,B,s,peer,mode,us,tbs,pct_copy,relerr), as compare.py reads them.
     #[arg(long)]
     csv: Option<PathBuf>,
+
+    /// Time every call cold: right before each timed call the graph runs an
+    /// unrelated decode (f32 Llama-3-8B, 8 sequences of 1024 tokens: 64 MiB
+    /// of KV, another kernel), which evicts this call's code, lengths and
+    /// block table from the caches as an engine's GEMMs would between two
+    /// layers. That decode's own time, measured alone the same way, is
+    /// subtracted. The CSV's mode reads `cold/<backend>/<policy>`.
+    #[arg(long)]
+    cold: bool,
 }
 
 struct Shape {
@@ -180,6 +193,12 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
         None => None,
     };
 
+    let mut evictor = if args.cold { Some(Evictor::new(&backend)?) } else { None };
+    let mode_prefix = if args.cold { format!("cold/{}", backend.name()) } else { backend.name().to_string() };
+    if let Some(evictor) = &evictor {
+        outln!("# cold: each timed call right after {}", evictor.describe());
+    }
+
     let progress = progress_bar((shapes.len() * args.policy.len()) as u64);
     progress.suspend(|| {
         outln!(
@@ -229,12 +248,12 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
             progress.inc(args.policy.len() as u64);
             continue;
         }
-        let outcome = bench_shape(&backend, shape, &problem, &args.policy, copy_gbps, |row| {
+        let outcome = bench_shape(&backend, shape, &problem, &args.policy, copy_gbps, evictor.as_mut(), |row| {
             partly_checked |= row.checked < row.shape.batch();
             let line = format_row(&backend, &row);
             progress.suspend(|| outln!("{line}"));
             if let Some(file) = csv.as_mut() {
-                write_csv_row(file, backend.name(), &row)?;
+                write_csv_row(file, &mode_prefix, &row)?;
             }
             // Written so that a NaN relative error counts as a failure too.
             let within_tolerance = row.relerr <= tolerance(problem.dtypes);
@@ -278,6 +297,7 @@ fn bench_shape(
     problem: &DecodeProblem,
     policies: &[Policy],
     copy_gbps: f64,
+    mut evictor: Option<&mut Evictor>,
     mut emit: impl FnMut(Row<'_>) -> CliResult<()>,
 ) -> CliResult<()> {
     let gpu = backend.name() != "cpu";
@@ -319,12 +339,30 @@ fn bench_shape(
         let out = device.download_out(backend, problem.dtypes.out)?;
         let relerr = relative_error(&out[..reference.len()], &reference);
 
-        let mut work = || device.decode_over_pools(backend, plan, &extra_pools);
-        let estimate_us = backend.time_us(&mut work, 1, 2)?;
         let target_us = if gpu { 200_000.0 } else { 400_000.0 };
-        let reps = (target_us / estimate_us.max(1.0)).ceil().clamp(3.0, 1000.0) as usize;
         let warmup = if gpu { 5 } else { 1 };
-        let us = backend.time_us(&mut work, warmup, reps)? / copies as f64;
+        let time = |work: &mut dyn FnMut() -> decode_attn::Result<()>| -> CliResult<f64> {
+            let estimate_us = backend.time_us(work, 1, 2)?;
+            let reps = (target_us / estimate_us.max(1.0)).ceil().clamp(3.0, 1000.0) as usize;
+            Ok(backend.time_us(work, warmup, reps)?)
+        };
+        let us = match evictor.as_deref_mut() {
+            None => time(&mut || device.decode_over_pools(backend, plan, &extra_pools))? / copies as f64,
+            Some(evictor) => {
+                let mut both = || -> decode_attn::Result<()> {
+                    evictor.decode(backend)?;
+                    backend.decode(plan, device.args())?;
+                    for (k, v) in &extra_pools {
+                        evictor.decode(backend)?;
+                        backend.decode(plan, device.args_with_pools(k, v))?;
+                    }
+                    Ok(())
+                };
+                let both_us = time(&mut both)?;
+                let alone_us = time(&mut || (0..copies).try_for_each(|_| evictor.decode(backend)))?;
+                (both_us - alone_us) / copies as f64
+            }
+        };
         let tbs = bytes / us / 1e6;
         emit(Row { shape, policy, plan, us, tbs, pct_copy: 100.0 * tbs * 1e3 / copy_gbps, relerr, checked })?;
     }
@@ -348,14 +386,14 @@ fn format_row(backend: &Backend, row: &Row<'_>) -> String {
     )
 }
 
-fn write_csv_row(file: &mut impl Write, backend: &str, row: &Row<'_>) -> CliResult<()> {
+fn write_csv_row(file: &mut impl Write, mode_prefix: &str, row: &Row<'_>) -> CliResult<()> {
     writeln!(
         file,
         "{},{},{},decode-attn,{}/{},{:.2},{:.3},{:.1},{}",
         row.shape.model.name,
         row.shape.batch(),
         row.shape.seq_len(),
-        backend,
+        mode_prefix,
         row.policy,
         row.us,
         row.tbs,
@@ -429,5 +467,45 @@ mod tests {
         assert_eq!(python_exp(0.0), "0.0e+00");
         assert_eq!(python_exp(12.0), "1.2e+01");
         assert_eq!(python_exp(f64::INFINITY), "inf");
+    }
+}
+
+/// `--cold`'s unrelated call: an f32 decode of Llama-3-8B's shape, 8
+/// sequences of 1024 tokens (64 MiB of KV, more than the H200's 60 MB L2),
+/// split in two so that its last kernel is a reducer, which lets the next
+/// kernel launch only as it exits. f32 runs on another kernel than f16 and
+/// bf16 on the GPU backends, so its code displaces the timed kernel's.
+struct Evictor {
+    plan: Plan,
+    device: DeviceBatch<decode_attn::Buffer>,
+}
+
+impl Evictor {
+    fn new(backend: &Backend) -> CliResult<Self> {
+        let problem = DecodeProblem::new(
+            crate::models::MODELS[0].shape(),
+            DTypes::uniform(DType::F32),
+            KvLayout::block_table(16),
+            vec![1024; 8],
+        )?;
+        let plan = backend.plan(&problem, Policy::Fixed { splits: 2 })?;
+        let batch = HostBatch::random(&problem, 0xE71C);
+        let device = DeviceBatch::upload(backend, &batch, plan.workspace_bytes, 0)?;
+        Ok(Evictor { plan, device })
+    }
+
+    fn decode(&mut self, backend: &Backend) -> decode_attn::Result<()> {
+        backend.decode(&self.plan, self.device.args())
+    }
+
+    fn describe(&self) -> String {
+        let problem = &self.plan.problem;
+        format!(
+            "an f32 decode of {} sequences x {} tokens ({} MiB of KV, {} splits)",
+            problem.num_seqs(),
+            problem.max_seq_len(),
+            problem.kv_bytes() / MIB as u64,
+            self.plan.num_splits
+        )
     }
 }
