@@ -93,6 +93,28 @@ fn the_binary_runs_and_says_why_each_gpu_backend_is_absent() {
     assert!(lines.last().is_some_and(|l| l.starts_with("auto picks ")), "{stdout}");
 }
 
+/// `bench --cold` on the CPU: a checked, timed row whose CSV mode says cold.
+#[test]
+fn bench_cold_times_behind_the_evictor_and_labels_its_rows() {
+    let csv = std::env::temp_dir().join(format!("decode-attn-cold-{}.csv", std::process::id()));
+    let output = Command::new(BINARY)
+        .args(["bench", "--backend", "cpu", "--model", "llama3-70b-tp8", "--batch", "4", "--seq-len", "16384"])
+        .arg("--cold")
+        .arg("--csv")
+        .arg(&csv)
+        .output()
+        .expect("run decode-attn bench --cold");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "bench --cold failed:\n{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.lines().any(|l| l.starts_with("# cold: each timed call right after an f32 decode")), "{stdout}");
+    let rows = std::fs::read_to_string(&csv).expect("the CSV was written");
+    let _ = std::fs::remove_file(&csv);
+    let row: Vec<&str> = rows.lines().nth(1).unwrap_or_else(|| panic!("no row:\n{rows}")).split(',').collect();
+    assert_eq!(&row[..5], ["llama3-70b-tp8", "4", "16384", "decode-attn", "cold/cpu/auto"], "{rows}");
+    let us: f64 = row[5].parse().expect("us is a number");
+    assert!(us > 0.0 && us.is_finite(), "{rows}");
+}
+
 #[test]
 fn the_elf_reader_rejects_what_is_not_elf() {
     assert!(needed_libraries(b"#!/bin/sh\n").is_err());
