@@ -228,7 +228,10 @@ pub enum ProgrammaticLaunch {
     /// way on large ones (docs/PERFORMANCE.md, version 19). Where the
     /// previous kernel triggers early, our CTAs are placed wherever its CTAs
     /// leave room, which can be uneven (our own reducer did that, so it no
-    /// longer triggers early); `Reducer` avoids it.
+    /// longer triggers early); `Reducer` avoids it. In turn, the kernel the
+    /// caller runs after us starts only as our last kernel's CTAs exit: the
+    /// reducer, and the decode kernel of an unsplit call, never trigger
+    /// early (docs/PERFORMANCE.md, versions 19 and 20).
     #[default]
     All,
 }
