@@ -130,6 +130,39 @@ struct MmaGeometry {
     DA_DEVICE static int v_swizzle(int row, int chunk) { return chunk ^ (((row >> 1) & 3) << 1); }
 };
 
+// One warp's partial row of its split (p.splits_per_cta > 1): (acc, m, l)
+// of heads gid and gid + 8 straight from the mma fragments, as
+// store_cta_state writes a CTA's (a bad split: m 0, l and acc NaN). n-tile
+// nt = 8c + 2r' + e, column n = 2tig + e2 is head dim (n + 8c) * 8 + 2r' + e,
+// so n-tiles 8c .. 8c + 7 of one (c, e2) are 8 consecutive dims: two float4.
+template <int HEAD_DIM, int N_TILES>
+DA_DEVICE void store_warp_state(const DecodeParams& p, const float (&m)[2], const float (&l)[2],
+                                const float (&o)[N_TILES][4], bool bad, int b, int head0, int num_heads, int split,
+                                int gid, int tig) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int h = gid + 8 * r;
+        if (h >= num_heads) continue;
+        const long long row = ((long long)b * p.num_q_heads + head0 + h) * p.num_splits + split;
+        if (tig == 0) {
+            p.partial_ml[2 * row] = bad ? 0.f : m[r];
+            p.partial_ml[2 * row + 1] = bad ? da_nan() : l[r];
+        }
+        const float4 nan4 = make_float4(da_nan(), da_nan(), da_nan(), da_nan());
+#pragma unroll
+        for (int c = 0; c < N_TILES / 8; ++c)
+#pragma unroll
+            for (int e2 = 0; e2 < 2; ++e2) {
+                const int d0 = (2 * tig + e2 + 8 * c) * 8;
+                if (d0 >= HEAD_DIM) continue;
+                float4* dst = reinterpret_cast<float4*>(p.partial_acc + row * HEAD_DIM + d0);
+                const int k = 2 * r + e2;
+                dst[0] = bad ? nan4 : make_float4(o[8 * c][k], o[8 * c + 1][k], o[8 * c + 2][k], o[8 * c + 3][k]);
+                dst[1] = bad ? nan4 : make_float4(o[8 * c + 4][k], o[8 * c + 5][k], o[8 * c + 6][k], o[8 * c + 7][k]);
+            }
+    }
+}
+
 // POW2_BLOCKS: a token's block-table position is a shift and a mask, as
 // every power-of-two block size allows: a division by the run-time block
 // size is about 20 dependent instructions on the path to the first KV copy.
@@ -158,9 +191,22 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     const bool blocks_ok = POW2_BLOCKS ? (p.block_size & (p.block_size - 1)) == 0
                                        : p.block_size > 0 && p.block_size % TILE == 0;
     int bad = seq.ok && (blocks_ok || !block_table) ? 0 : 1;
-    const long long start = work.start, end = bad ? work.start : work.end;
     const int warp = threadIdx.x / DA_WARP_SIZE;
     const int lane = threadIdx.x % DA_WARP_SIZE;
+    // One split per warp (p.splits_per_cta > 1): the warp reads its own
+    // split's tiles one after another and stores its own partial row, with
+    // no merge through shared memory and no barrier after the loop (at one
+    // tile per warp the merge took as long as the tiles). Otherwise the
+    // warps take every WARPS-th tile of the CTA's split and merge at the end.
+    const bool warp_splits = p.splits_per_cta > 1;
+    long long first_token = work.start, last_token = work.end;
+    if (warp_splits) {
+        const long long split_tokens = (long long)work.cut.tiles_per_split * TILE;
+        // Warps past splits_per_cta (a plan with fewer splits per CTA than warps) idle.
+        first_token = warp < p.splits_per_cta ? da_min_ll(work.start + warp * split_tokens, work.end) : work.end;
+        last_token = da_min_ll(first_token + split_tokens, work.end);
+    }
+    const long long start = first_token, end = bad ? first_token : last_token;
     const int gid = lane / 4;  // the mma's groupID: rows of A and C, column of B
     const int tig = lane % 4;  // thread in group
 
@@ -383,8 +429,8 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     };
 
     // Pipeline over the warp's tiles (stride `step`), as in the stream kernel.
-    const long long step = (long long)G::WARPS * TILE;
-    const long long first = start + (long long)warp * TILE;
+    const long long step = warp_splits ? TILE : (long long)G::WARPS * TILE;
+    const long long first = warp_splits ? start : start + (long long)warp * TILE;
     int entries[G::STAGES + 1];
 #pragma unroll
     for (int stage = 0; stage <= G::STAGES; ++stage) entries[stage] = entry(first + stage * step);
@@ -429,6 +475,14 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     for (int r = 0; r < 2; ++r) {
         l[r] += da_shfl_xor(l[r], 1);
         l[r] += da_shfl_xor(l[r], 2);
+    }
+    if (warp_splits) {
+        const int split = work.split + warp;
+        // A surplus split (past the sequence's last) has no row to write.
+        if (warp >= p.splits_per_cta || (unsigned long long)split * work.cut.tiles_per_split >= work.cut.tiles) return;
+        store_warp_state<HEAD_DIM, G::N_TILES>(p, m, l, o, da_warp_any(bad != 0), b, head0, num_heads, split, gid, tig);
+        DA_STAMP(0, 6);
+        return;
     }
     bad = da_syncthreads_or(bad);  // also: every warp is done with the ring
 
@@ -477,4 +531,3 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
         decode_mma_##TNAME##_d##D##_anyblock(const DecodeParams p) {                                         \
         decode_mma_body<T, D, false>(p);                                                                  \
     }
-

@@ -23,6 +23,12 @@
 //   active_splits   = ceil(tiles / tiles_per_split)
 //   split j covers tokens [j * tiles_per_split * 16, min((j + 1) * tiles_per_split * 16, seq_len))
 //
+// Splits per CTA: 1, or (the tensor-core kernel, num_splits > 1) one split
+// per warp: CTA z of the grid takes splits [z * splits_per_cta, (z + 1) *
+// splits_per_cta), warp w the split z * splits_per_cta + w, and each warp
+// writes its own partial row; the grid's split dimension is then
+// ceil(num_splits / splits_per_cta).
+//
 // Guards: a sequence whose length is negative, longer than its block-table
 // row, or whose slots or index range fall outside the pools, reads nothing
 // out of bounds: its outputs are written as NaN instead.
@@ -61,6 +67,8 @@ struct DecodeParams {
     int min_tiles_per_split;
     float scale_log2;        // softmax_scale * log2(e): scores are kept in log2 units
     int grid_order;          // the tensor-core and stream kernels' grid, DECODE_GRID_*
+    int splits_per_cta;      // 1, or (tensor-core kernel, split calls) the CTA's warps take one split each
+    int _pad;
 };
 
 struct MergeParams {

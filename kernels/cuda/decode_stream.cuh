@@ -94,8 +94,9 @@ struct CtaWork {
     int kv_head;
     int head0;      // the CTA's first query head
     int num_heads;  // query heads it serves, <= HEADS
-    int split;
+    int split;      // its first split (of p.splits_per_cta)
     SeqInfo seq;
+    SeqSplit cut;          // the sequence's split rule
     long long start, end;  // its tokens
 };
 
@@ -118,21 +119,26 @@ DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w) {
     w.kv_head = head_cta / head_groups;
     w.head0 = w.kv_head * group + (head_cta % head_groups) * HEADS;
     w.num_heads = da_min(HEADS, w.kv_head * group + group - w.head0);
-    w.split = blockIdx.z;
+    const int splits_per_cta = p.splits_per_cta > 1 ? p.splits_per_cta : 1;
+    w.split = blockIdx.z * splits_per_cta;
     w.seq = seq_info(p, w.b);
     const int len = w.seq.ok ? w.seq.len : 0;
     const SeqSplit cut = split_rule(p, len);
-    // split >= active_splits, as a multiplication (split_rule).
-    if (p.num_splits != 1 && (unsigned long long)w.split * cut.tiles_per_split >= cut.tiles) return false;
-    // A split call's dependent is our reducer, which may start now: it waits
-    // for this grid's stores. An unsplit call's is the caller's next kernel,
-    // which starts as these CTAs exit: triggered early, it was placed around
-    // them and ran slower (`bench --cold` behind an unrelated decode: 8B
-    // B=16 s=1024 49 us against 21 us warm; docs/PERFORMANCE.md, version 20).
-    if (p.num_splits != 1) da_launch_dependents();
+    w.cut = cut;
+    if (p.num_splits != 1) {
+        // split >= active_splits, as a multiplication (split_rule).
+        if ((unsigned long long)w.split * cut.tiles_per_split >= cut.tiles) return false;
+        // A split call's dependent is our reducer, which may start now: it
+        // waits for this grid's stores. An unsplit call's is the caller's next
+        // kernel, which starts as these CTAs exit: triggered early, it was
+        // placed around them and ran slower (`bench --cold` behind an
+        // unrelated decode: 8B B=16 s=1024 49 us against 21 us warm;
+        // docs/PERFORMANCE.md, version 20).
+        da_launch_dependents();
+    }
     DA_STAMP(0, 1);
     w.start = (long long)w.split * (long long)cut.tiles_per_split * DECODE_TILE_TOKENS;
-    w.end = da_min_ll(len, w.start + (long long)cut.tiles_per_split * DECODE_TILE_TOKENS);
+    w.end = da_min_ll(len, w.start + (long long)splits_per_cta * cut.tiles_per_split * DECODE_TILE_TOKENS);
     return true;
 }
 

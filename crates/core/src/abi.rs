@@ -42,6 +42,11 @@ pub struct DecodeParams {
     /// [`GRID_SEQS_FIRST`] or [`GRID_HEADS_FIRST`]: how the tensor-core and
     /// stream kernels read their grid (the launching backend sets it).
     pub grid_order: i32,
+    /// 1, or (the tensor-core kernel's split calls) splits one CTA takes,
+    /// one per warp; set by the CUDA backend from its launch.
+    pub splits_per_cta: i32,
+    /// Keeps the struct's size a multiple of 8 with no bytes unwritten.
+    pub _pad: i32,
 }
 
 /// `DECODE_GRID_SEQS_FIRST`: the grid is `(num_seqs, head CTAs, num_splits)`.
@@ -121,6 +126,8 @@ impl DecodeParams {
             min_tiles_per_split: plan.rule.min_tiles_per_split.min(i32::MAX as u32) as i32,
             scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
             grid_order: GRID_SEQS_FIRST,
+            splits_per_cta: 1,
+            _pad: 0,
         })
     }
 }
@@ -202,8 +209,8 @@ mod tests {
 
     #[test]
     fn layout_matches_decode_params_h() {
-        // 10 pointers, 2 long longs, 8 ints, a float and the pad int.
-        assert_eq!(size_of::<DecodeParams>(), 136);
+        // 10 pointers, 2 long longs, 11 ints and a float.
+        assert_eq!(size_of::<DecodeParams>(), 144);
         assert_eq!(align_of::<DecodeParams>(), 8);
         let pointers = [
             offset_of!(DecodeParams, q),
@@ -231,8 +238,10 @@ mod tests {
             offset_of!(DecodeParams, min_tiles_per_split),
             offset_of!(DecodeParams, scale_log2),
             offset_of!(DecodeParams, grid_order),
+            offset_of!(DecodeParams, splits_per_cta),
+            offset_of!(DecodeParams, _pad),
         ];
-        assert_eq!(words, [96, 100, 104, 108, 112, 116, 120, 124, 128, 132]);
+        assert_eq!(words, [96, 100, 104, 108, 112, 116, 120, 124, 128, 132, 136, 140]);
     }
 
     #[test]
@@ -280,6 +289,8 @@ mod tests {
                 "min_tiles_per_split",
                 "scale_log2",
                 "grid_order",
+                "splits_per_cta",
+                "_pad",
             ]
         );
     }

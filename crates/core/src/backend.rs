@@ -71,6 +71,12 @@ pub struct DeviceProps {
     /// one). 0 where empty work items are never launched (the CPU).
     #[serde(default)]
     pub empty_cta_us: f64,
+    /// Splits one CTA can take, one per warp, each warp writing its own
+    /// partial row (the CUDA tensor-core kernel: 4); 1 where a CTA's warps
+    /// always share one split. `auto` uses it for small split counts
+    /// ([`crate::plan::WARP_SPLIT_MAX_ROWS`]).
+    #[serde(default = "one")]
+    pub splits_per_cta: u32,
 }
 
 fn one() -> u32 {
@@ -95,22 +101,27 @@ impl DeviceProps {
             lone_cta_share: GPU_LONE_CTA_SHARE,
             max_query_heads_per_cta: 16,
             empty_cta_us: GPU_EMPTY_CTA_US,
+            splits_per_cta: 4,
         }
     }
 
     /// [`gpu_like`](Self::gpu_like) with what follows for `problem` from the
     /// CUDA backend's default kernel alone, without a device: at head_dim
     /// 256 (f16/bf16) the tensor-core kernel takes 200 KiB of shared memory,
-    /// so one CTA per multiprocessor. What depends on the device's occupancy
-    /// calculator (the stream kernel's f32 and head_dim 192 variants) stays
-    /// as `gpu_like` has it.
+    /// so one CTA per multiprocessor; the stream kernel (f32, head_dim 192)
+    /// has no split per warp. What depends on the device's occupancy
+    /// calculator (the stream kernel's CTAs per multiprocessor) stays as
+    /// `gpu_like` has it.
     pub fn gpu_like_for(num_sms: u32, problem: &DecodeProblem) -> Self {
         let gpu = Self::gpu_like(num_sms);
-        let wide_tensor_core = matches!(problem.dtypes.q, DType::F16 | DType::Bf16) && problem.shape.head_dim == 256;
-        if wide_tensor_core {
+        let half = matches!(problem.dtypes.q, DType::F16 | DType::Bf16);
+        let head_dim = problem.shape.head_dim;
+        if half && head_dim == 256 {
             DeviceProps { ctas_per_sm: 1, ..gpu }
-        } else {
+        } else if half && head_dim <= 128 {
             gpu
+        } else {
+            DeviceProps { splits_per_cta: 1, ..gpu }
         }
     }
 

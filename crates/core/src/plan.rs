@@ -31,6 +31,16 @@ use crate::{AttentionShape, DecodeProblem, DeviceProps, Error, Result, TILE_TOKE
 /// The largest split count any policy may ask for.
 pub const MAX_SPLITS: u32 = 1024;
 
+/// `auto` gives each warp of a CTA its own split (where the kernel can,
+/// [`DeviceProps::splits_per_cta`]) only while a query head's partial rows
+/// stay this few: past it the reduce, one CTA per query head, reads more
+/// rows than the warps' merge inside the CTA costs.
+pub const WARP_SPLIT_MAX_ROWS: u32 = 64;
+
+fn one() -> u32 {
+    1
+}
+
 fn cdiv(a: u64, b: u64) -> u64 {
     a.div_ceil(b)
 }
@@ -215,12 +225,17 @@ pub struct Plan {
     pub kernel: KernelKind,
     pub use_split: bool,
     pub rule: SplitRule,
-    /// `(num_seqs, num_kv_heads * head groups, num_splits)`; head groups:
-    /// [`DeviceProps::head_groups`].
+    /// `(num_seqs, num_kv_heads * head groups, ceil(num_splits /
+    /// splits_per_cta))`; head groups: [`DeviceProps::head_groups`].
     pub grid: [u32; 3],
+    /// Splits one CTA takes, one per warp (1: the CTA's warps share one
+    /// split and merge their partial states before storing one row).
+    #[serde(default = "one")]
+    pub splits_per_cta: u32,
     /// CTAs launched: the product of `grid`.
     pub blocks: u64,
-    /// The grid's split dimension (the most any sequence gets).
+    /// Splits of the longest sequence, the most any sequence gets: partial
+    /// rows per query head (the grid's split dimension times `splits_per_cta`).
     pub num_splits: u32,
     /// For the longest sequence.
     pub tiles_per_split: u32,
@@ -283,6 +298,19 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
         Policy::Auto => auto(problem, device),
     };
     let rule = SplitRule { num_splits: rule.num_splits.clamp(1, MAX_SPLITS), ..rule };
+    // One split per warp: the same CTAs over the same tiles, each warp's
+    // share its own split, so no merge of the warps inside the CTA.
+    let splits_per_cta = device.splits_per_cta.max(1);
+    let warp_splits = policy == Policy::Auto
+        && splits_per_cta > 1
+        && rule.num_splits > 1
+        && rule.min_tiles_per_split <= 1
+        && rule.num_splits * splits_per_cta <= WARP_SPLIT_MAX_ROWS;
+    let (rule, splits_per_cta) = if warp_splits {
+        (SplitRule { num_splits: rule.num_splits * splits_per_cta, ..rule }, splits_per_cta)
+    } else {
+        (rule, 1)
+    };
 
     let per_seq: Vec<SeqSplit> = problem.seq_lens.iter().map(|&s| rule.split(s)).collect();
     let longest = rule.split(max_seq_len);
@@ -295,7 +323,7 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
     } else {
         0
     };
-    let grid = [num_seqs as u32, cta_heads as u32, rule.num_splits];
+    let grid = [num_seqs as u32, cta_heads as u32, rule.num_splits.div_ceil(splits_per_cta)];
     Ok(Plan {
         problem: problem.clone(),
         policy,
@@ -304,6 +332,7 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
         use_split,
         rule,
         grid,
+        splits_per_cta,
         blocks: grid.iter().map(|&g| g as u64).product(),
         num_splits: rule.num_splits,
         tiles_per_split: longest.tiles_per_split,
@@ -593,6 +622,13 @@ impl fmt::Display for Plan {
             self.unsplit_blocks,
             self.first_wave_splits
         )?;
+        if self.splits_per_cta > 1 {
+            writeln!(
+                f,
+                "            {} splits per CTA, one per warp: each warp stores its own partial row",
+                self.splits_per_cta
+            )?;
+        }
         let longest = p.max_seq_len();
         writeln!(
             f,

@@ -111,6 +111,8 @@ impl CpuBackend {
             max_query_heads_per_cta: 0,
             // Only active splits become tasks.
             empty_cta_us: 0.0,
+            // A task takes one split.
+            splits_per_cta: 1,
         };
         CpuBackend { pool, props, isa: Isa::detect() }
     }

@@ -183,6 +183,22 @@ pub struct CudaOptions {
     pub programmatic_launch: ProgrammaticLaunch,
     /// How the tensor-core kernel's CTAs are numbered.
     pub grid_order: GridOrder,
+    /// Whether the tensor-core kernel's warps may each take a split.
+    pub warp_splits: WarpSplits,
+}
+
+/// Whether `auto` may give each warp of a tensor-core CTA its own split
+/// (`Plan::splits_per_cta`): where a query head has at most
+/// `WARP_SPLIT_MAX_ROWS` partial rows, the CTA's warps skip their merge
+/// through shared memory and store their own rows, which the reducer merges
+/// with the others.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WarpSplits {
+    /// Where `auto` chooses it.
+    #[default]
+    Auto,
+    /// Never: the warps of a CTA always share one split.
+    Off,
 }
 
 /// The order in which the tensor-core kernel's grid launches its CTAs; every
@@ -250,8 +266,9 @@ impl CudaOptions {
     /// Documented entry point that reads the environment:
     /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc`,
     /// `DECODE_ATTN_CUDA_KERNEL=auto|mma|stream|staged|kvgrid`, `DECODE_ATTN_CUDA_HEADS_PER_CTA=1|2|4|8`,
-    /// `DECODE_ATTN_CUDA_PDL=off|reducer|all`, `DECODE_ATTN_CUDA_GRID=auto|seqs|heads`
-    /// and the cache folder of [`default_cache_dir`].
+    /// `DECODE_ATTN_CUDA_PDL=off|reducer|all`, `DECODE_ATTN_CUDA_GRID=auto|seqs|heads`,
+    /// `DECODE_ATTN_CUDA_WARP_SPLITS=auto|off` and the cache folder of
+    /// [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
         let kernels = env::choice(
             BACKEND,
@@ -300,6 +317,12 @@ impl CudaOptions {
             GridOrder::default(),
             &[("auto", GridOrder::Auto), ("seqs", GridOrder::SeqsFirst), ("heads", GridOrder::HeadsFirst)],
         )?;
+        let warp_splits = env::choice(
+            BACKEND,
+            "DECODE_ATTN_CUDA_WARP_SPLITS",
+            WarpSplits::default(),
+            &[("auto", WarpSplits::Auto), ("off", WarpSplits::Off)],
+        )?;
         Ok(CudaOptions {
             kernels,
             kernel,
@@ -307,6 +330,7 @@ impl CudaOptions {
             cache_dir: default_cache_dir(),
             programmatic_launch,
             grid_order,
+            warp_splits,
         })
     }
 }
@@ -366,6 +390,7 @@ pub struct CudaBackend {
     /// What is launched programmatically (`Off` below sm_90).
     programmatic_launch: ProgrammaticLaunch,
     grid_order: GridOrder,
+    warp_splits: WarpSplits,
     /// Shared memory one CTA may opt in to (232448 bytes on sm_90, 166912 on
     /// sm_80): whether the tensor-core kernel's head_dim 256 fits.
     max_shared_per_cta: usize,
@@ -426,6 +451,7 @@ impl CudaBackend {
                 lone_cta_share: GPU_LONE_CTA_SHARE,
                 max_query_heads_per_cta: 0,
                 empty_cta_us: decode_attn_core::GPU_EMPTY_CTA_US,
+                splits_per_cta: 1,
             },
             ctx,
             stream,
@@ -437,6 +463,7 @@ impl CudaBackend {
             max_heads_per_cta: if options.max_heads_per_cta == 0 { 8 } else { options.max_heads_per_cta },
             programmatic_launch,
             grid_order: options.grid_order,
+            warp_splits: options.warp_splits,
             max_shared_per_cta,
         };
         // The kernel in use at a Llama-3-8B layer (bf16, d = 128, 16-token
@@ -451,8 +478,10 @@ impl CudaBackend {
         Ok(backend)
     }
 
-    /// The launches that run `problem` with `num_splits` splits.
-    fn launches(&self, problem: &DecodeProblem, num_splits: u32) -> Launch {
+    /// The launches that run `problem` with `num_splits` splits, up to
+    /// `splits_per_cta` of them per CTA where the kernel can (the tensor-core
+    /// kernel: one per warp; other kernels take one split per CTA).
+    fn launches(&self, problem: &DecodeProblem, num_splits: u32, splits_per_cta: u32) -> Launch {
         let shape = problem.shape;
         let suffix = format!("{}_d{}", dtype_suffix(problem.dtypes.q), shape.head_dim);
         let num_seqs = problem.num_seqs() as u32;
@@ -460,14 +489,19 @@ impl CudaBackend {
         match self.kernel_for(problem) {
             DecodeKernel::Auto | DecodeKernel::Mma => {
                 let head_ctas = num_kv_heads * shape.group_size().div_ceil(MMA_HEADS_PER_CTA) as u32;
-                let heads_first = self.heads_first((num_seqs, head_ctas, num_splits), shape.head_dim);
+                // Any count up to the warps is correct (warps past it idle),
+                // as long as the grid has ceil(num_splits / it) split CTAs.
+                let splits_per_cta = if num_splits > 1 { splits_per_cta.clamp(1, DECODE_THREADS / 32) } else { 1 };
+                let split_ctas = num_splits.div_ceil(splits_per_cta);
+                let heads_first = self.heads_first((num_seqs, head_ctas, split_ctas), shape.head_dim);
                 Launch {
                     main: mma_function(problem),
                     reduce: format!("decode_stream_reduce_{suffix}"),
+                    splits_per_cta: splits_per_cta as i32,
                     grid: if heads_first {
-                        (head_ctas, num_seqs, num_splits)
+                        (head_ctas, num_seqs, split_ctas)
                     } else {
-                        (num_seqs, head_ctas, num_splits)
+                        (num_seqs, head_ctas, split_ctas)
                     },
                     grid_order: if heads_first { GRID_HEADS_FIRST } else { GRID_SEQS_FIRST },
                     threads: DECODE_THREADS,
@@ -481,6 +515,7 @@ impl CudaBackend {
                 let heads = stream_heads_per_cta(shape.group_size()).min(self.max_heads_per_cta);
                 Launch {
                     main: format!("decode_stream_{suffix}_h{heads}"),
+                    splits_per_cta: 1,
                     reduce: format!("decode_stream_reduce_{suffix}"),
                     grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(heads) as u32, num_splits),
                     grid_order: GRID_SEQS_FIRST,
@@ -493,6 +528,7 @@ impl CudaBackend {
             }
             DecodeKernel::Staged => Launch {
                 main: format!("decode_attn_{suffix}"),
+                splits_per_cta: 1,
                 reduce: format!("decode_attn_reduce_{suffix}"),
                 grid: (num_seqs, num_kv_heads, num_splits),
                 grid_order: GRID_SEQS_FIRST, // not read by this kernel
@@ -504,6 +540,7 @@ impl CudaBackend {
             },
             DecodeKernel::KvGrid => Launch {
                 main: format!("decode_kvgrid_{suffix}"),
+                splits_per_cta: 1,
                 reduce: format!("decode_kvgrid_reduce_{suffix}"),
                 grid: (num_seqs, num_splits, num_kv_heads),
                 grid_order: GRID_SEQS_FIRST, // not read by this kernel
@@ -540,13 +577,14 @@ impl CudaBackend {
     /// serves (from `launches`: 16 on the tensor-core kernel).
     pub fn props_for(&self, problem: &DecodeProblem) -> Result<DeviceProps> {
         let warps = DECODE_THREADS / 32;
-        let (tiles_per_cta_step, lone_cta_share) = match self.kernel_for(problem) {
-            DecodeKernel::Auto | DecodeKernel::Mma => (warps, GPU_LONE_CTA_SHARE),
-            DecodeKernel::Stream => (warps, GPU_STREAM_LONE_CTA_SHARE),
+        let warp_splits = if self.warp_splits == WarpSplits::Auto { warps } else { 1 };
+        let (tiles_per_cta_step, lone_cta_share, splits_per_cta) = match self.kernel_for(problem) {
+            DecodeKernel::Auto | DecodeKernel::Mma => (warps, GPU_LONE_CTA_SHARE, warp_splits),
+            DecodeKernel::Stream => (warps, GPU_STREAM_LONE_CTA_SHARE, 1),
             // Not measured: these two are opt-in kernels, not `Auto`'s.
-            DecodeKernel::Staged | DecodeKernel::KvGrid => (1, GPU_LONE_CTA_SHARE),
+            DecodeKernel::Staged | DecodeKernel::KvGrid => (1, GPU_LONE_CTA_SHARE, 1),
         };
-        let launch = self.launches(problem, 1);
+        let launch = self.launches(problem, 1, 1);
         let ctas_per_sm = self
             .function(&launch.main, launch.shared_mem_bytes)?
             .occupancy_max_active_blocks_per_multiprocessor(launch.threads, launch.shared_mem_bytes as usize, None)
@@ -556,6 +594,7 @@ impl CudaBackend {
             tiles_per_cta_step,
             lone_cta_share,
             max_query_heads_per_cta: launch.query_heads_per_cta,
+            splits_per_cta,
             ..self.props.clone()
         })
     }
@@ -740,6 +779,8 @@ struct Launch {
     main: String,
     reduce: String,
     grid: (u32, u32, u32),
+    /// Splits one CTA of the main kernel takes (`DecodeParams::splits_per_cta`).
+    splits_per_cta: i32,
     /// How the main kernel reads `grid` (`DecodeParams::grid_order`).
     grid_order: i32,
     threads: u32,
@@ -885,8 +926,9 @@ impl DecodeAttention for CudaBackend {
         let mut params = DecodeParams::new(plan, &args, &checked, |buffer, _| Ok(self.ptr(buffer)))?;
         let num_splits = params.num_splits as u32;
         let split = num_splits > 1;
-        let launch = self.launches(problem, num_splits);
+        let launch = self.launches(problem, num_splits, plan.splits_per_cta);
         params.grid_order = launch.grid_order;
+        params.splits_per_cta = launch.splits_per_cta;
         let params = ByValue(params);
         let num_seqs = problem.num_seqs() as u32;
         let main = self.function(&launch.main, launch.shared_mem_bytes)?;

@@ -499,3 +499,64 @@ fn grid_orders_give_identical_outputs() {
         }
     }
 }
+
+/// `auto`'s split per warp (`Plan::splits_per_cta` 4) against the reference
+/// and against the same plan with the warps merging (`WarpSplits::Off`), on
+/// lengths where the last CTA has surplus warps, both layouts; then under a
+/// graph replayed with shorter and empty sequences, where most warps' splits
+/// are surplus.
+#[test]
+#[serial]
+fn warp_splits_match_the_reference_and_the_merged_warps() {
+    use decode_attn_cuda::WarpSplits;
+    if !device_present() {
+        return;
+    }
+    let open =
+        |warp_splits| CudaBackend::with_options(0, CudaOptions { warp_splits, ..CudaOptions::default() }).unwrap();
+    let (per_warp, merged) = (open(WarpSplits::Auto), open(WarpSplits::Off));
+    for layout in [KvLayout::block_table(16), KvLayout::token_indices(1)] {
+        for lens in [vec![1024], vec![200], vec![4133], vec![1000, 1000]] {
+            let p = problem(layout, lens.clone());
+            let batch = HostBatch::random(&p, 41);
+            let reference = decode_reference(&batch, p.shape.default_scale());
+            let mut outputs = Vec::new();
+            for (what, backend) in [("per warp", &per_warp), ("merged", &merged)] {
+                let plan = backend.plan(&p, Policy::Auto).unwrap();
+                let expected = if what == "per warp" { 4 } else { 1 };
+                assert!(plan.use_split, "{layout} {lens:?}: {plan}");
+                assert_eq!(plan.splits_per_cta, expected, "{layout} {lens:?} {what}: {plan}");
+                let mut device = DeviceBatch::new(backend, &batch, plan.workspace_bytes);
+                backend.decode(&plan, device.args(layout == KvLayout::block_table(16))).unwrap();
+                let out = download_f32(backend, &device.out, DType::Bf16);
+                let err = relative_error(&out, &reference);
+                eprintln!("{layout} {lens:?} {what}: {} splits, relerr {err:.2e}", plan.num_splits);
+                assert!(err < 1e-2, "{layout} {lens:?} {what}: relerr {err}");
+                outputs.push(out);
+            }
+            let merged_f64: Vec<f64> = outputs[1].iter().map(|&x| x as f64).collect();
+            let apart = relative_error(&outputs[0], &merged_f64);
+            assert!(apart < 1e-2, "{layout} {lens:?}: per warp and merged differ by {apart}");
+        }
+    }
+    // Captured for 1024 tokens (64 splits, 16 CTAs per KV head), replayed for
+    // 37 (3 warps of the first CTA), 0 and 1024 again.
+    let p = problem(KvLayout::block_table(16), vec![1024, 1024, 1024]);
+    let plan = per_warp.plan(&p, Policy::Auto).unwrap();
+    assert_eq!(plan.splits_per_cta, 4, "{plan}");
+    let batch = HostBatch::random(&p, 43);
+    let mut device = DeviceBatch::new(&per_warp, &batch, plan.workspace_bytes);
+    let graph = per_warp.capture(&mut || per_warp.decode(&plan, device.args(true))).unwrap();
+    let replay_lens = [37u32, 0, 1024];
+    per_warp.upload(&mut device.seq_lens, &i32_bytes(&replay_lens.map(|s| s as i32))).unwrap();
+    per_warp.upload(&mut device.out, &nan_bytes(DType::Bf16, p.out_bytes())).unwrap();
+    graph.replay().unwrap();
+    let got = download_f32(&per_warp, &device.out, DType::Bf16);
+    let mut shorter = batch.clone();
+    shorter.problem.seq_lens = replay_lens.to_vec();
+    shorter.seq_lens = replay_lens.iter().map(|&s| s as i32).collect();
+    let err = relative_error(&got, &decode_reference(&shorter, p.shape.default_scale()));
+    assert!(err < 1e-2, "replay with 37, 0, 1024 tokens: relerr {err}");
+    let per_seq = 32 * 128;
+    assert!(got[per_seq..2 * per_seq].iter().all(|&x| x == 0.0), "a length-0 sequence decodes to zeros");
+}

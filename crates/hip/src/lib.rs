@@ -182,6 +182,8 @@ impl HipBackend {
                 max_query_heads_per_cta: 0,
                 // Not measured on AMD hardware: the H200 figure.
                 empty_cta_us: decode_attn_core::GPU_EMPTY_CTA_US,
+                // The kv-grid kernel's workgroup takes one split.
+                splits_per_cta: 1,
             },
             functions: Mutex::new(HashMap::new()),
             modules: Mutex::new(vec![LoadedModule {

@@ -17,8 +17,10 @@
 // last tile landing, and their mean by how many CTAs of the call ran on the
 // same SM (%smid, recorded at entry).
 //
-// TIMELINE_SHAPES="B,kv_heads,group,seq_len,splits;..." replaces the built-in
-// shapes; TIMELINE_COPIES=n cycles over n KV copies instead; TIMELINE_ORDERED=1
+// TIMELINE_SHAPES="B,kv_heads,group,seq_len,splits[,splits_per_cta];..."
+// replaces the built-in shapes (splits_per_cta 4: one split per warp); TIMELINE_COLD=1 puts before every call the evictor of `decode-attn
+// bench --cold` (an unrelated f32 decode of 64 MiB on the stream kernel) and
+// subtracts its time, measured alone, from the per-call time; TIMELINE_COPIES=n cycles over n KV copies instead; TIMELINE_ORDERED=1
 // keeps the block table in order instead of shuffling the blocks over the pool.
 //
 // Not part of the library or CI. On the GPU machine:
@@ -45,6 +47,7 @@ constexpr int EVENTS = 8;
 struct Timeline {
     unsigned long long* stamps;
     const char* k_base;
+    const char* k_end;  // stamps only calls whose K lies in [k_base, k_end)
     double inv_pool_bytes;
     int on;
 };
@@ -52,6 +55,8 @@ __constant__ Timeline da_timeline;
 
 __device__ __forceinline__ void da_timeline_stamp(const DecodeParams& p, int grid, int event) {
     if (threadIdx.x != 0 || !da_timeline.on) return;
+    const char* k = reinterpret_cast<const char*>(p.k_cache);
+    if (k < da_timeline.k_base || k >= da_timeline.k_end) return;  // the evictor
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     const long long call =
@@ -82,6 +87,7 @@ __device__ __forceinline__ void da_timeline_stamp(const DecodeParams& p, int gri
 struct Shape {
     const char* model;
     int num_seqs, num_kv_heads, group, seq_len, num_splits;
+    int splits_per_cta = 1;  // DecodeParams::splits_per_cta
 };
 
 static const size_t MIB = 1 << 20;
@@ -100,8 +106,10 @@ int main() {
         shapes.clear();
         for (const char* at = list; *at;) {
             Shape sh{"custom", 0, 0, 0, 0, 0};
-            if (sscanf(at, "%d,%d,%d,%d,%d", &sh.num_seqs, &sh.num_kv_heads, &sh.group, &sh.seq_len, &sh.num_splits) != 5)
-                break;
+            const int fields = sscanf(at, "%d,%d,%d,%d,%d,%d", &sh.num_seqs, &sh.num_kv_heads, &sh.group, &sh.seq_len,
+                                      &sh.num_splits, &sh.splits_per_cta);
+            if (fields < 5) break;
+            if (fields < 6 || sh.splits_per_cta < 1) sh.splits_per_cta = 1;
             sh.model = sh.num_kv_heads == 1 ? "llama3-70b-tp8" : "llama3-8b";
             shapes.push_back(sh);
             const char* next = strchr(at, ';');
@@ -116,7 +124,32 @@ int main() {
     unsigned long long* timeline;
     const size_t timeline_words = (size_t)MAX_CALLS * 2 * MAX_CTAS * EVENTS;
     CK(cudaMalloc(&timeline, timeline_words * 8));
-    Timeline tl{timeline, nullptr, 0.0, 0};
+    Timeline tl{timeline, nullptr, nullptr, 0.0, 0};
+    // The evictor of TIMELINE_COLD=1: 8 sequences x 1024 tokens x 8 KV heads of
+    // f32 K and V (64 MiB), 32 query heads, unsplit, on the stream kernel.
+    const bool cold = getenv("TIMELINE_COLD") && atoi(getenv("TIMELINE_COLD")) != 0;
+    constexpr int EV_SEQS = 8, EV_LEN = 1024, EV_KV = 8, EV_Q = 32;
+    char *ev_k = nullptr, *ev_v = nullptr;
+    int *ev_table = nullptr, *ev_lens = nullptr;
+    void *ev_q = nullptr, *ev_out = nullptr;
+    const size_t ev_pool = (size_t)EV_SEQS * EV_LEN * EV_KV * D * 4;
+    if (cold) {
+        CK(cudaMalloc(&ev_k, ev_pool));
+        CK(cudaMalloc(&ev_v, ev_pool));
+        CK(cudaMemset(ev_k, 0, ev_pool));
+        CK(cudaMemset(ev_v, 0, ev_pool));
+        std::vector<int> ev_blocks(EV_SEQS * EV_LEN / 16), ev_l(EV_SEQS, EV_LEN);
+        std::iota(ev_blocks.begin(), ev_blocks.end(), 0);
+        CK(cudaMalloc(&ev_table, ev_blocks.size() * 4));
+        CK(cudaMalloc(&ev_lens, EV_SEQS * 4));
+        CK(cudaMemcpy(ev_table, ev_blocks.data(), ev_blocks.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(ev_lens, ev_l.data(), EV_SEQS * 4, cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&ev_q, (size_t)EV_SEQS * EV_Q * D * 4));
+        CK(cudaMalloc(&ev_out, (size_t)EV_SEQS * EV_Q * D * 4));
+        CK(cudaMemset(ev_q, 0, (size_t)EV_SEQS * EV_Q * D * 4));
+        CK(cudaFuncSetAttribute(decode_stream_f32_d128_h4, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                DECODE_STREAM_RING_BYTES));
+    }
     // TIMELINE_COPIES=n: cycle over n KV copies instead of >= 512 MiB (1: KV stays in L2).
     const int copies_override = getenv("TIMELINE_COPIES") ? atoi(getenv("TIMELINE_COPIES")) : 0;
     cudaStream_t stream;
@@ -140,6 +173,7 @@ int main() {
         CK(cudaMemset(k_all, 0x3c, pool_bytes * calls));
         CK(cudaMemset(v_all, 0x3c, pool_bytes * calls));
         tl.k_base = k_all;
+        tl.k_end = k_all + pool_bytes * calls;
         tl.inv_pool_bytes = 1.0 / (double)pool_bytes;
         tl.on = 0;  // timed without stamps first
         CK(cudaMemcpyToSymbol(da_timeline, &tl, sizeof(tl)));
@@ -164,14 +198,42 @@ int main() {
         CK(cudaMalloc(&pml, rows * 2 * 4));
 
         const int head_groups = (s.group + DECODE_MMA_HEADS - 1) / DECODE_MMA_HEADS;
-        const dim3 grid(s.num_seqs, s.num_kv_heads * head_groups, s.num_splits);
+        const dim3 grid(s.num_seqs, s.num_kv_heads * head_groups,
+                        (s.num_splits + s.splits_per_cta - 1) / s.splits_per_cta);
         const int ctas = grid.x * grid.y * grid.z;
         const int reduce_ctas = s.num_seqs * num_q_heads;
         if (ctas > MAX_CTAS || reduce_ctas > MAX_CTAS) {
             fprintf(stderr, "shape over MAX_CTAS\n");
             return 1;
         }
+        auto record_evictor = [&]() {
+            DecodeParams p;
+            memset(&p, 0, sizeof(p));
+            p.q = ev_q;
+            p.k_cache = ev_k;
+            p.v_cache = ev_v;
+            p.out = ev_out;
+            p.seq_lens = ev_lens;
+            p.block_table = ev_table;
+            p.num_slots = (long long)EV_SEQS * EV_LEN;
+            p.num_seqs = EV_SEQS;
+            p.num_q_heads = EV_Q;
+            p.num_kv_heads = EV_KV;
+            p.layout = DECODE_LAYOUT_BLOCK_TABLE;
+            p.block_size = 16;
+            p.max_blocks_per_seq = EV_LEN / 16;
+            p.num_splits = 1;
+            p.min_tiles_per_split = 1;
+            p.scale_log2 = 0.0883883476f * 1.4426950409f;
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(EV_SEQS, EV_KV, 1);
+            cfg.blockDim = dim3(DECODE_THREADS);
+            cfg.dynamicSmemBytes = DECODE_STREAM_RING_BYTES;
+            cfg.stream = stream;
+            CK(cudaLaunchKernelEx(&cfg, decode_stream_f32_d128_h4, p));
+        };
         auto record_call = [&](int call) {
+            if (cold) record_evictor();
             DecodeParams p;
             memset(&p, 0, sizeof(p));
             p.q = q;
@@ -192,6 +254,7 @@ int main() {
             p.num_splits = s.num_splits;
             p.min_tiles_per_split = 1;
             p.scale_log2 = 0.0883883476f * 1.4426950409f;
+            p.splits_per_cta = s.num_splits > 1 ? s.splits_per_cta : 1;
             cudaLaunchConfig_t cfg = {};
             cfg.gridDim = grid;
             cfg.blockDim = dim3(DECODE_THREADS);
@@ -228,11 +291,32 @@ int main() {
         CK(cudaEventSynchronize(e1));
         float ms;
         CK(cudaEventElapsedTime(&ms, e0, e1));
-        const double us = ms * 1000.0 / ((double)reps * calls);
-        printf("\n%s B=%d s=%d splits=%d: %.2f us per call (%d calls per graph, %d decode CTAs, %d reducer CTAs), "
+        double us = ms * 1000.0 / ((double)reps * calls);
+        double evictor_us = 0.0;
+        if (cold) {
+            cudaGraph_t ev_graph;
+            cudaGraphExec_t ev_exec;
+            CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+            for (int c = 0; c < calls; ++c) record_evictor();
+            CK(cudaStreamEndCapture(stream, &ev_graph));
+            CK(cudaGraphInstantiate(&ev_exec, ev_graph, 0));
+            for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ev_exec, stream));
+            CK(cudaEventRecord(e0, stream));
+            for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ev_exec, stream));
+            CK(cudaEventRecord(e1, stream));
+            CK(cudaEventSynchronize(e1));
+            float ev_ms;
+            CK(cudaEventElapsedTime(&ev_ms, e0, e1));
+            evictor_us = ev_ms * 1000.0 / ((double)reps * calls);
+            us -= evictor_us;
+            CK(cudaGraphExecDestroy(ev_exec));
+            CK(cudaGraphDestroy(ev_graph));
+        }
+        printf("\n%s B=%d s=%d splits=%d%s: %.2f us per call (%d calls per graph, %d decode CTAs, %d reducer CTAs), "
                "%.2f TB/s\n",
-               s.model, s.num_seqs, s.seq_len, s.num_splits, us, calls, ctas, s.num_splits > 1 ? reduce_ctas : 0,
+               s.model, s.num_seqs, s.seq_len, s.num_splits, s.splits_per_cta > 1 ? " (one per warp)" : "", us, calls, ctas, s.num_splits > 1 ? reduce_ctas : 0,
                kv_bytes / (us * 1e-6) / 1e12);
+        if (cold) printf("  cold: behind the evictor, whose %.2f us alone are subtracted\n", evictor_us);
 
         // Replays with stamps on: time them too, then keep the last replay's
         // stamps (read the last call and the one before).
@@ -243,7 +327,7 @@ int main() {
         CK(cudaEventRecord(e1, stream));
         CK(cudaEventSynchronize(e1));
         CK(cudaEventElapsedTime(&ms, e0, e1));
-        printf("  with stamps: %.2f us per call\n", ms * 1000.0 / ((double)reps * calls));
+        printf("  with stamps: %.2f us per call\n", ms * 1000.0 / ((double)reps * calls) - evictor_us);
         CK(cudaMemset(timeline, 0, timeline_words * 8));
         CK(cudaGraphLaunch(exec, stream));
         CK(cudaStreamSynchronize(stream));

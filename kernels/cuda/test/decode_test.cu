@@ -123,6 +123,8 @@ static bool has_mma_kernel(int dt, int d) {
 static bool pow2_entry = false;
 // Tensor-core grids launched heads first (DECODE_GRID_HEADS_FIRST): `mma heads`.
 static bool heads_first = false;
+// The tensor-core kernel with one split per warp (DecodeParams::splits_per_cta = WARPS) in split calls.
+static bool warp_splits = false;
 static MmaKern find_mma_kernel(int dt, int d, int layout, int bs) {
     const bool anyblock = layout == DECODE_LAYOUT_BLOCK_TABLE && (bs & (bs - 1)) != 0 && !pow2_entry;
     for (auto& k : mma_kernels)
@@ -317,8 +319,11 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
         const int head_ctas = P.c.hkv * head_groups;
         DecodeParams q = p;
         q.grid_order = heads_first ? DECODE_GRID_HEADS_FIRST : DECODE_GRID_SEQS_FIRST;
+        const int warps = DECODE_THREADS / DA_WARP_SIZE;
+        q.splits_per_cta = warp_splits && P.c.num_splits > 1 ? warps : 1;
+        const int split_ctas = (P.c.num_splits + q.splits_per_cta - 1) / q.splits_per_cta;
         DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d, P.c.layout, P.c.bs),
-                      heads_first ? dim3(head_ctas, P.B, P.c.num_splits) : dim3(P.B, head_ctas, P.c.num_splits),
+                      heads_first ? dim3(head_ctas, P.B, split_ctas) : dim3(P.B, head_ctas, split_ctas),
                       DECODE_THREADS, P.c.d > 128 ? MmaGeometry<256>::SMEM_BYTES : MmaGeometry<128>::SMEM_BYTES, s, q);
         if (P.c.num_splits > 1) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_REDUCE_THREADS, s, p);
         return;
@@ -604,6 +609,7 @@ int main(int argc, char** argv) {
         quick = true;
         kernel_filter = 1 << MMA;
         heads_first = argc > 2 && std::string(argv[2]) == "heads";
+        warp_splits = argc > 2 && std::string(argv[2]) == "warps";
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));

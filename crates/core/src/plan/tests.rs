@@ -187,7 +187,8 @@ fn auto_fills_every_slot_for_a_kernel_bound_by_issue() {
     // The CUDA stream kernel (three CTAs per SM on the H200, a lone CTA at
     // about half of what three reach), 8B with 48-token blocks, B=16,
     // s=4096: 128 CTAs took 193 us, 256 took 126, 384 took 109.
-    let stream = DeviceProps { ctas_per_sm: 3, lone_cta_share: crate::GPU_STREAM_LONE_CTA_SHARE, ..h200() };
+    let stream =
+        DeviceProps { ctas_per_sm: 3, lone_cta_share: crate::GPU_STREAM_LONE_CTA_SHARE, splits_per_cta: 1, ..h200() };
     let filled = plan(&llama3_8b(16, 4096), Policy::Auto, &stream).unwrap();
     assert_eq!(filled.rule.num_splits, 3, "{filled}");
     // The tensor-core kernel, which one CTA per SM keeps near the bandwidth: unsplit.
@@ -208,7 +209,8 @@ fn a_partly_filled_last_wave_runs_at_its_own_occupancy() {
     // CTAs are one full wave of 396 and 116 CTAs alone on their SMs. Charged
     // as two full waves, 8 splits looked cheaper (200.3 us measured); with
     // the last wave at one CTA per SM, 2 splits win (177.9 us; unsplit 192.4).
-    let stream = DeviceProps { ctas_per_sm: 3, lone_cta_share: crate::GPU_STREAM_LONE_CTA_SHARE, ..h200() };
+    let stream =
+        DeviceProps { ctas_per_sm: 3, lone_cta_share: crate::GPU_STREAM_LONE_CTA_SHARE, splits_per_cta: 1, ..h200() };
     let gemma = DecodeProblem::new(
         AttentionShape::new(16, 8, 256).unwrap(),
         DTypes::uniform(DType::Bf16),
@@ -367,7 +369,8 @@ fn head_dim_256_without_a_device_plans_what_the_h200_sweep_found_fastest() {
         let device = DeviceProps::gpu_like_for(132, &p);
         assert_eq!(device.ctas_per_sm, 1);
         let plan = plan(&p, Policy::Auto, &device).unwrap();
-        assert_eq!(plan.num_splits, fastest, "B={batch} s={seq_len}: {plan}");
+        // The sweep counted CTAs per (sequence, KV head): the grid's splits.
+        assert_eq!(plan.grid[2], fastest, "B={batch} s={seq_len}: {plan}");
     }
     // Head dim 128 keeps two CTAs per SM.
     assert_eq!(DeviceProps::gpu_like_for(132, &llama3_8b(1, 4096)).ctas_per_sm, 2);
@@ -442,4 +445,46 @@ fn empty_ctas_are_charged() {
         estimate_us(&batch, &cpu, SplitRule { num_splits: 256, min_tiles_per_split: 1 }),
         estimate_us(&batch, &cpu, SplitRule { num_splits: 64, min_tiles_per_split: 1 })
     );
+}
+
+#[test]
+fn auto_gives_each_warp_a_split_where_a_head_keeps_few_partial_rows() {
+    // Llama-3-8B B=1 s=1024: 16 CTAs per KV head as before, each of 4
+    // tiles; now each of their 4 warps takes one tile as its own split.
+    let small = plan(&llama3_8b(1, 1024), Policy::Auto, &h200()).unwrap();
+    assert_eq!((small.grid, small.blocks, small.splits_per_cta), ([1, 8, 16], 128, 4), "{small}");
+    assert_eq!((small.num_splits, small.tiles_per_split, small.active_splits), (64, 1, 64), "{small}");
+    assert_eq!(small.workspace_bytes, 32 * 64 * (128 + 2) * 4);
+    assert!(small.to_string().contains("4 splits per CTA, one per warp"), "{small}");
+    // The CTAs cover the same tiles: CTA z of the plan without warp splits
+    // covers tiles [4z, 4z + 4), as do splits 4z .. 4z + 3 here.
+    let whole = plan(&llama3_8b(1, 1024), Policy::Auto, &DeviceProps { splits_per_cta: 1, ..h200() }).unwrap();
+    assert_eq!((whole.grid, whole.num_splits, whole.splits_per_cta), ([1, 8, 16], 16, 1), "{whole}");
+    let (per_cta, per_warp) = (whole.rule.split(1024), small.rule.split(1024));
+    for cta in 0..16 {
+        let (start, _) = per_warp.token_range(4 * cta);
+        let (_, end) = per_warp.token_range(4 * cta + 3);
+        assert_eq!(per_cta.token_range(cta), (start, end));
+    }
+    // 64 splits per KV head would be 256 rows per query head: the warps merge.
+    let long = plan(&problem(8, 1, vec![4096]), Policy::Auto, &h200()).unwrap();
+    assert_eq!((long.grid[2], long.num_splits, long.splits_per_cta), (64, 64, 1), "{long}");
+    // Only `auto`: `fixed:16` is 16 splits.
+    let fixed = plan(&llama3_8b(1, 1024), "fixed:16".parse().unwrap(), &h200()).unwrap();
+    assert_eq!((fixed.num_splits, fixed.splits_per_cta), (16, 1));
+    // Unsplit calls and ragged batches (cut by a split length) keep one split per CTA.
+    let unsplit = plan(&llama3_8b(64, 4096), Policy::Auto, &h200()).unwrap();
+    assert_eq!((unsplit.num_splits, unsplit.splits_per_cta), (1, 1), "{unsplit}");
+    let mixed = plan(&problem(32, 8, ragged(&[(32768, 1), (512, 7)])), Policy::Auto, &h200()).unwrap();
+    assert_eq!(mixed.splits_per_cta, 1, "{mixed}");
+    // The stream kernel's figures (f32, head_dim 192) have no warp splits.
+    let f32_problem = DecodeProblem::new(
+        AttentionShape::new(32, 8, 128).unwrap(),
+        DTypes::uniform(DType::F32),
+        KvLayout::block_table(16),
+        vec![1024],
+    )
+    .unwrap();
+    let stream = plan(&f32_problem, Policy::Auto, &DeviceProps::gpu_like_for(132, &f32_problem)).unwrap();
+    assert_eq!(stream.splits_per_cta, 1, "{stream}");
 }
