@@ -37,6 +37,14 @@ pub const MAX_SPLITS: u32 = 1024;
 /// rows than the warps' merge inside the CTA costs.
 pub const WARP_SPLIT_MAX_ROWS: u32 = 64;
 
+/// ... and only where each warp's split has at least this many tiles, and
+/// the grid is one CTA per multiprocessor or fewer. On the H200 (A/B over
+/// the peers' grid, docs/PERFORMANCE.md version 21) a split per warp was
+/// 0.1-4.1% faster on such grids, but 3.8-6.3% slower where warps had one
+/// or two tiles (the reduce reads four times the rows for little saved) and
+/// 0.4-2.3% slower on grids of two CTAs per multiprocessor (not understood).
+pub const WARP_SPLIT_MIN_TILES: u32 = 4;
+
 fn one() -> u32 {
     1
 }
@@ -301,11 +309,14 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
     // One split per warp: the same CTAs over the same tiles, each warp's
     // share its own split, so no merge of the warps inside the CTA.
     let splits_per_cta = device.splits_per_cta.max(1);
+    let one_per_sm = num_seqs * cta_heads * rule.num_splits as u64 <= device.num_sms as u64;
     let warp_splits = policy == Policy::Auto
         && splits_per_cta > 1
         && rule.num_splits > 1
         && rule.min_tiles_per_split <= 1
-        && rule.num_splits * splits_per_cta <= WARP_SPLIT_MAX_ROWS;
+        && rule.num_splits * splits_per_cta <= WARP_SPLIT_MAX_ROWS
+        && one_per_sm
+        && rule.split(max_seq_len).tiles_per_split >= WARP_SPLIT_MIN_TILES * splits_per_cta;
     let (rule, splits_per_cta) = if warp_splits {
         (SplitRule { num_splits: rule.num_splits * splits_per_cta, ..rule }, splits_per_cta)
     } else {

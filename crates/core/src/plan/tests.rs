@@ -449,29 +449,38 @@ fn empty_ctas_are_charged() {
 
 #[test]
 fn auto_gives_each_warp_a_split_where_a_head_keeps_few_partial_rows() {
-    // Llama-3-8B B=1 s=1024: 16 CTAs per KV head as before, each of 4
-    // tiles; now each of their 4 warps takes one tile as its own split.
-    let small = plan(&llama3_8b(1, 1024), Policy::Auto, &h200()).unwrap();
-    assert_eq!((small.grid, small.blocks, small.splits_per_cta), ([1, 8, 16], 128, 4), "{small}");
-    assert_eq!((small.num_splits, small.tiles_per_split, small.active_splits), (64, 1, 64), "{small}");
-    assert_eq!(small.workspace_bytes, 32 * 64 * (128 + 2) * 4);
+    // Llama-3-8B B=4 s=1024: 4 CTAs of 16 tiles per (sequence, KV head), 128
+    // in all, one per multiprocessor; now each of their 4 warps takes 4
+    // consecutive tiles as its own split.
+    let small = plan(&llama3_8b(4, 1024), Policy::Auto, &h200()).unwrap();
+    assert_eq!((small.grid, small.blocks, small.splits_per_cta), ([4, 8, 4], 128, 4), "{small}");
+    assert_eq!((small.num_splits, small.tiles_per_split, small.active_splits), (16, 4, 16), "{small}");
+    assert_eq!(small.workspace_bytes, 4 * 32 * 16 * (128 + 2) * 4);
     assert!(small.to_string().contains("4 splits per CTA, one per warp"), "{small}");
     // The CTAs cover the same tiles: CTA z of the plan without warp splits
-    // covers tiles [4z, 4z + 4), as do splits 4z .. 4z + 3 here.
-    let whole = plan(&llama3_8b(1, 1024), Policy::Auto, &DeviceProps { splits_per_cta: 1, ..h200() }).unwrap();
-    assert_eq!((whole.grid, whole.num_splits, whole.splits_per_cta), ([1, 8, 16], 16, 1), "{whole}");
+    // covers tiles [16z, 16z + 16), as do splits 4z .. 4z + 3 here.
+    let whole = plan(&llama3_8b(4, 1024), Policy::Auto, &DeviceProps { splits_per_cta: 1, ..h200() }).unwrap();
+    assert_eq!((whole.grid, whole.num_splits, whole.splits_per_cta), ([4, 8, 4], 4, 1), "{whole}");
     let (per_cta, per_warp) = (whole.rule.split(1024), small.rule.split(1024));
-    for cta in 0..16 {
+    for cta in 0..4 {
         let (start, _) = per_warp.token_range(4 * cta);
         let (_, end) = per_warp.token_range(4 * cta + 3);
         assert_eq!(per_cta.token_range(cta), (start, end));
     }
-    // 64 splits per KV head would be 256 rows per query head: the warps merge.
-    let long = plan(&problem(8, 1, vec![4096]), Policy::Auto, &h200()).unwrap();
-    assert_eq!((long.grid[2], long.num_splits, long.splits_per_cta), (64, 64, 1), "{long}");
-    // Only `auto`: `fixed:16` is 16 splits.
-    let fixed = plan(&llama3_8b(1, 1024), "fixed:16".parse().unwrap(), &h200()).unwrap();
-    assert_eq!((fixed.num_splits, fixed.splits_per_cta), (16, 1));
+    // One tile per warp (B=1 s=1024: CTAs of 4 tiles), 64 splits per KV
+    // head (256 rows per query head), two CTAs per multiprocessor: the warps merge.
+    for (what, p) in [
+        ("one tile per warp", llama3_8b(1, 1024)),
+        ("many rows", problem(8, 1, vec![4096])),
+        ("two per SM", llama3_8b(4, 16384)),
+    ] {
+        let planned = plan(&p, Policy::Auto, &h200()).unwrap();
+        assert!(planned.use_split, "{what}: {planned}");
+        assert_eq!(planned.splits_per_cta, 1, "{what}: {planned}");
+    }
+    // Only `auto`: `fixed:4` is 4 splits.
+    let fixed = plan(&llama3_8b(4, 1024), "fixed:4".parse().unwrap(), &h200()).unwrap();
+    assert_eq!((fixed.num_splits, fixed.splits_per_cta), (4, 1));
     // Unsplit calls and ragged batches (cut by a split length) keep one split per CTA.
     let unsplit = plan(&llama3_8b(64, 4096), Policy::Auto, &h200()).unwrap();
     assert_eq!((unsplit.num_splits, unsplit.splits_per_cta), (1, 1), "{unsplit}");
@@ -482,7 +491,7 @@ fn auto_gives_each_warp_a_split_where_a_head_keeps_few_partial_rows() {
         AttentionShape::new(32, 8, 128).unwrap(),
         DTypes::uniform(DType::F32),
         KvLayout::block_table(16),
-        vec![1024],
+        vec![1024; 4],
     )
     .unwrap();
     let stream = plan(&f32_problem, Policy::Auto, &DeviceProps::gpu_like_for(132, &f32_problem)).unwrap();
