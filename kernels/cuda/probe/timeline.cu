@@ -283,15 +283,19 @@ int main() {
         cudaEvent_t e0, e1;
         CK(cudaEventCreate(&e0));
         CK(cudaEventCreate(&e1));
-        for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, stream));
         const int reps = std::max(3, 2000 / calls);
-        CK(cudaEventRecord(e0, stream));
-        for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(exec, stream));
-        CK(cudaEventRecord(e1, stream));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        double us = ms * 1000.0 / ((double)reps * calls);
+        // Microseconds per call of `graph_exec` (its `calls` calls), after 3 warm-up replays.
+        auto per_call_us = [&](cudaGraphExec_t graph_exec) {
+            for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(graph_exec, stream));
+            CK(cudaEventRecord(e0, stream));
+            for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(graph_exec, stream));
+            CK(cudaEventRecord(e1, stream));
+            CK(cudaEventSynchronize(e1));
+            float elapsed_ms;
+            CK(cudaEventElapsedTime(&elapsed_ms, e0, e1));
+            return elapsed_ms * 1000.0 / ((double)reps * calls);
+        };
+        double us = per_call_us(exec);
         double evictor_us = 0.0;
         if (cold) {
             cudaGraph_t ev_graph;
@@ -300,14 +304,7 @@ int main() {
             for (int c = 0; c < calls; ++c) record_evictor();
             CK(cudaStreamEndCapture(stream, &ev_graph));
             CK(cudaGraphInstantiate(&ev_exec, ev_graph, 0));
-            for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ev_exec, stream));
-            CK(cudaEventRecord(e0, stream));
-            for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(ev_exec, stream));
-            CK(cudaEventRecord(e1, stream));
-            CK(cudaEventSynchronize(e1));
-            float ev_ms;
-            CK(cudaEventElapsedTime(&ev_ms, e0, e1));
-            evictor_us = ev_ms * 1000.0 / ((double)reps * calls);
+            evictor_us = per_call_us(ev_exec);
             us -= evictor_us;
             CK(cudaGraphExecDestroy(ev_exec));
             CK(cudaGraphDestroy(ev_graph));
@@ -322,12 +319,7 @@ int main() {
         // stamps (read the last call and the one before).
         tl.on = 1;
         CK(cudaMemcpyToSymbol(da_timeline, &tl, sizeof(tl)));
-        CK(cudaEventRecord(e0, stream));
-        for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(exec, stream));
-        CK(cudaEventRecord(e1, stream));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        printf("  with stamps: %.2f us per call\n", ms * 1000.0 / ((double)reps * calls) - evictor_us);
+        printf("  with stamps: %.2f us per call\n", per_call_us(exec) - evictor_us);
         CK(cudaMemset(timeline, 0, timeline_words * 8));
         CK(cudaGraphLaunch(exec, stream));
         CK(cudaStreamSynchronize(stream));
