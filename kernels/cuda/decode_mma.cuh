@@ -195,9 +195,11 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     const int lane = threadIdx.x % DA_WARP_SIZE;
     // One split per warp (p.splits_per_cta > 1): the warp reads its own
     // split's tiles one after another and stores its own partial row, with
-    // no merge through shared memory and no barrier after the loop (at one
-    // tile per warp the merge took as long as the tiles). Otherwise the
-    // warps take every WARPS-th tile of the CTA's split and merge at the end.
+    // no merge through shared memory and no barrier after the loop; the
+    // reducer merges four times the rows. `auto` asks for it on one-wave
+    // grids where each warp has 4 or more tiles (1-4% faster on the H200;
+    // slower with fewer tiles: docs/PERFORMANCE.md, version 21). Otherwise
+    // the warps take every WARPS-th tile of the CTA's split and merge at the end.
     const bool warp_splits = p.splits_per_cta > 1;
     long long first_token = work.start, last_token = work.end;
     if (warp_splits) {
