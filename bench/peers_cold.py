@@ -53,13 +53,6 @@ def main():
     def evict():
         torch.nn.functional.scaled_dot_product_attention(ev_q, ev_k, ev_v, enable_gqa=True)
 
-    def graph_us(fn, sets):
-        """Median microseconds per call of `fn(i)` over `sets` KV copies in one graph."""
-        def all_sets():
-            for i in range(sets):
-                fn(i)
-        return triton.testing.do_bench_cudagraph(all_sets, rep=200, return_mode="median") * 1e3 / sets
-
     print(f"# {props.name} SMs={props.multi_processor_count} copy_bw={bw/1e12:.2f} TB/s torch={torch.__version__} "
           f"triton={triton.__version__}; cold: each call after an f32 SDPA decode of 8 x 1024 tokens (64 MiB)")
     print(f"{'model':16} {'B':>4} {'s':>6} {'peer':14} {'mode':16} {'us':>9} {'TB/s':>6} {'%copy':>6} {'relerr':>8}")
@@ -70,7 +63,7 @@ def main():
         if kvb > 8 << 30:
             continue
         sets = min(64, max(1, math.ceil(bp.L2_FLUSH_BYTES / kvb)))
-        evictor_us = graph_us(lambda i: evict(), sets)
+        evictor_us = bp.time_graph(lambda i: evict(), sets)
         c = bp.Case(B, s, h, hkv, d, sets)
         ref = c.reference(0)
         for P in bp.PEERS:
@@ -82,7 +75,7 @@ def main():
                 evict()
                 run(i)
 
-            us = graph_us(cold, sets) - evictor_us
+            us = bp.time_graph(cold, sets) - evictor_us
             tbs = (kvb + 2 * B * h * d * 2) / (us * 1e-6) / 1e12
             row = dict(model=mname, B=B, s=s, peer=P.name, mode=f"cold/{p.mode}", us=round(us, 2),
                        tbs=round(tbs, 3), pct_copy=round(100 * tbs * 1e12 / bw, 1), relerr=f"{err:.1e}")

@@ -349,16 +349,9 @@ fn bench_shape(
         let us = match evictor.as_deref_mut() {
             None => time(&mut || device.decode_over_pools(backend, plan, &extra_pools))? / copies as f64,
             Some(evictor) => {
-                let mut both = || -> decode_attn::Result<()> {
-                    evictor.decode(backend)?;
-                    backend.decode(plan, device.args())?;
-                    for (k, v) in &extra_pools {
-                        evictor.decode(backend)?;
-                        backend.decode(plan, device.args_with_pools(k, v))?;
-                    }
-                    Ok(())
-                };
-                let both_us = time(&mut both)?;
+                let both_us = time(&mut || {
+                    device.decode_over_pools_after(backend, plan, &extra_pools, || evictor.decode(backend))
+                })?;
                 let alone_us = time(&mut || (0..copies).try_for_each(|_| evictor.decode(backend)))?;
                 if both_us <= alone_us {
                     return Err(format!(

@@ -79,7 +79,8 @@ pub struct DeviceProps {
     pub splits_per_cta: u32,
 }
 
-fn one() -> u32 {
+/// serde's default for the counts that are 1 unless said otherwise.
+pub(crate) fn one() -> u32 {
     1
 }
 

@@ -45,10 +45,6 @@ pub const WARP_SPLIT_MAX_ROWS: u32 = 64;
 /// 0.4-2.3% slower on grids of two CTAs per multiprocessor (not understood).
 pub const WARP_SPLIT_MIN_TILES: u32 = 4;
 
-fn one() -> u32 {
-    1
-}
-
 fn cdiv(a: u64, b: u64) -> u64 {
     a.div_ceil(b)
 }
@@ -238,7 +234,7 @@ pub struct Plan {
     pub grid: [u32; 3],
     /// Splits one CTA takes, one per warp (1: the CTA's warps share one
     /// split and merge their partial states before storing one row).
-    #[serde(default = "one")]
+    #[serde(default = "crate::backend::one")]
     pub splits_per_cta: u32,
     /// CTAs launched: the product of `grid`.
     pub blocks: u64,

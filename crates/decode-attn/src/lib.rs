@@ -644,8 +644,22 @@ impl<B: DeviceBuffer> DeviceBatch<B> {
         plan: &Plan,
         pools: &[(B, B)],
     ) -> Result<()> {
+        self.decode_over_pools_after(backend, plan, pools, || Ok(()))
+    }
+
+    /// [`decode_over_pools`](Self::decode_over_pools), running `before`
+    /// right before each call (`bench --cold`'s evictor).
+    pub fn decode_over_pools_after<D: DecodeAttention<Buffer = B> + ?Sized>(
+        &mut self,
+        backend: &D,
+        plan: &Plan,
+        pools: &[(B, B)],
+        mut before: impl FnMut() -> Result<()>,
+    ) -> Result<()> {
+        before()?;
         backend.decode(plan, self.args())?;
         for (k, v) in pools {
+            before()?;
             backend.decode(plan, self.args_with_pools(k, v))?;
         }
         Ok(())
