@@ -81,6 +81,12 @@ DA_DEVICE void da_cp_async16(void* smem_dst, const void* global_src, int src_byt
                  "r"(src_bytes)
                  : "memory");
 }
+// The same copy to a 32-bit shared-memory address (da_smem_addr), so that
+// callers can do the address arithmetic outside the asm.
+DA_DEVICE void da_cp_async16_shared(unsigned smem_dst, const void* global_src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_dst), "l"(global_src), "r"(src_bytes)
+                 : "memory");
+}
 DA_DEVICE void da_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 DA_DEVICE void da_cp_async_wait() {

@@ -99,8 +99,20 @@ struct MmaGeometry {
     // swizzle groups of 8 (the same for K and V at every head dim here).
     static constexpr int PITCH = 8 * V_CHUNKS;
     static_assert(4 * K_CHUNKS <= PITCH && PITCH % 8 == 0, "K and V rows share one pitch");
-    static constexpr int ROWS_PER_COPY = DA_WARP_SIZE / PITCH;   // rows one warp-wide copy covers
-    static constexpr int COPIES = DECODE_TILE_TOKENS / ROWS_PER_COPY;  // per lane, tile and K or V
+    // A lane copies LANE_CHUNKS chunks of a row from one global address:
+    // chunk c and chunk c + PITCH / 2, two 16-byte cp.async, the second's
+    // source at a constant offset (its destination is where the swizzle puts
+    // it; from PITCH 16 up that is a constant offset too, the swizzles below
+    // changing bits 1-2 of a chunk index only). So a tile costs each lane half
+    // the address arithmetic of one chunk per copy (the profiler counted 552
+    // instructions per tile and warp in version 21, a third of them locating
+    // and issuing copies). Each warp-wide copy still reads whole 32-byte
+    // sectors: neighbouring lanes take neighbouring chunks. (Pairs of
+    // neighbouring chunks per lane left every sector half read by each of
+    // two copies, and large calls 2-4% slower.)
+    static constexpr int LANE_CHUNKS = 2;
+    static constexpr int ROWS_PER_COPY = DA_WARP_SIZE * LANE_CHUNKS / PITCH;  // rows one warp-wide copy covers
+    static constexpr int COPIES = DECODE_TILE_TOKENS / ROWS_PER_COPY;        // per lane, tile and K or V
     static constexpr int TILE_CHUNKS = 2 * DECODE_TILE_TOKENS * PITCH;  // K then V rows of one tile
     static constexpr int TILE_BYTES = TILE_CHUNKS * 16;
     // Tiles each warp keeps in the ring: STAGES - 1 in flight while one is consumed.
@@ -118,7 +130,8 @@ struct MmaGeometry {
     // The warps' (m, l, acc) go through the same shared memory at the end.
     static constexpr int MERGE_FLOATS = WARPS * DECODE_MMA_HEADS * (HEAD_DIM + 3);  // acc, m, l, weight
     static_assert(HEAD_DIM <= DECODE_MMA_MAX_HEAD_DIM && HEAD_DIM % 8 == 0, "rows are whole chunks");
-    static_assert(DA_WARP_SIZE % PITCH == 0 && DECODE_TILE_TOKENS % ROWS_PER_COPY == 0, "copies tile the rows");
+    static_assert(DA_WARP_SIZE * LANE_CHUNKS % PITCH == 0 && DECODE_TILE_TOKENS % ROWS_PER_COPY == 0,
+                  "copies tile the rows");
     static_assert(STAGES >= 3, "at least two tiles in flight per warp");
     static_assert(MERGE_FLOATS * 4 <= RING_BYTES, "the merge reuses the ring");
     // Swizzles (chunk index within a row; both stay inside an aligned group
@@ -248,8 +261,8 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     float l[2] = {0.f, 0.f};                    // this lane's share of the row sums
 
     const long long slot_bytes = (long long)p.num_kv_heads * HEAD_DIM * 2;
-    const char* k_base = reinterpret_cast<const char*>(p.k_cache) + (long long)kv_head * HEAD_DIM * 2;
-    const char* v_base = reinterpret_cast<const char*>(p.v_cache) + (long long)kv_head * HEAD_DIM * 2;
+    const char* const k_cache = reinterpret_cast<const char*>(p.k_cache);
+    const char* const v_cache = reinterpret_cast<const char*>(p.v_cache);
     const int* index = index_row(p, b, seq);
     const int block_shift = da_ffs(p.block_size) - 1;
     const int block_mask = p.block_size - 1;
@@ -257,15 +270,20 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     const int block_divisor = POW2_BLOCKS || blocks_ok ? p.block_size : TILE;
 
     // Where this lane's copies of the tile starting at `first` come from:
-    // rows lane / PITCH + ROWS_PER_COPY * i, chunk lane % PITCH. A tile lies
-    // inside one kernel block (a multiple of 16 tokens), so a block table
-    // costs one entry per tile.
-    const int copy_row = lane / G::PITCH;
-    const int copy_chunk = lane % G::PITCH;
-    const bool in_row = copy_chunk < G::ROW_CHUNKS;  // else a zero pad chunk
+    // rows copy_row + ROWS_PER_COPY * i, chunks copy_chunk and copy_chunk +
+    // LANES_PER_ROW (LANE_CHUNKS). A tile lies inside one kernel block (a
+    // multiple of 16 tokens), so a block table costs one entry per tile.
+    constexpr int LANES_PER_ROW = G::PITCH / G::LANE_CHUNKS;
+    const int copy_row = lane / LANES_PER_ROW;
+    const int copy_chunk = lane % LANES_PER_ROW;
+    // Bytes of each of the lane's two chunks; 0 for a zero pad chunk.
+    const int first_chunk_bytes = copy_chunk < G::ROW_CHUNKS ? 16 : 0;
+    const int second_chunk_bytes = copy_chunk + LANES_PER_ROW < G::ROW_CHUNKS ? 16 : 0;
+    // The lane's part of a slot's address: its KV head's row, its chunk.
+    const long long lane_bytes = (long long)kv_head * HEAD_DIM * 2 + copy_chunk * 16;
     struct Offsets {
-        long long from[G::COPIES];  // byte offset of copy i's chunk in K (and V); meaningful where `valid` says
-        unsigned valid;             // bit i: copy i reads a token's chunk inside the pool
+        long long from[G::COPIES];  // byte offset of copy i's first chunk in K (and V); meaningful where `valid` says
+        unsigned valid;             // bit i: copy i reads a token's row inside the pool
         bool live;  // some row of the tile is a token (warp-uniform); a dead tile is never consumed
     };
     // This runs once per tile on the path to every copy, so it is kept to
@@ -276,7 +294,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     long long row_bytes[G::COPIES];
 #pragma unroll
     for (int i = 0; i < G::COPIES; ++i)
-        row_bytes[i] = (long long)(copy_row + G::ROWS_PER_COPY * i) * slot_bytes + copy_chunk * 16;
+        row_bytes[i] = (long long)(copy_row + G::ROWS_PER_COPY * i) * slot_bytes + lane_bytes;
     // The block-table entry of the tile starting at `first` (block-table
     // layout; 0 for a dead tile or the token layout). Loaded a step before
     // `locate` needs it, and all of the prologue's at once: each cp.async
@@ -302,7 +320,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
             const long long room = p.num_slots - slot0;
             const int rows_ok = raw < 0 || room <= 0 ? 0 : room >= TILE ? TILE : (int)room;
             if (rows_ok < rows_live) bad = 1;
-            const int rows_valid = in_row ? da_min(rows_live, rows_ok) : 0;
+            const int rows_valid = da_min(rows_live, rows_ok);
             const long long tile_bytes = slot0 * slot_bytes;
 #pragma unroll
             for (int i = 0; i < G::COPIES; ++i) {
@@ -316,8 +334,8 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
                 const int slot = row < rows_live ? load_raw_index(p, index, (int)first + row) : 0;
                 const long long offset =
                     row < rows_live ? resolve_offset(p, slot, (int)first + row, slot_bytes, &bad) : -1;
-                at.from[i] = offset + copy_chunk * 16;
-                at.valid |= (offset >= 0 && in_row ? 1u : 0u) << i;
+                at.from[i] = offset + lane_bytes;
+                at.valid |= (offset >= 0 ? 1u : 0u) << i;
             }
         }
         return at;
@@ -325,12 +343,42 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
 
     uint4* ring = reinterpret_cast<uint4*>(mma_ring) + warp * G::STAGES * G::TILE_CHUNKS;
     // Stage layout: K [row][PITCH] then V [row][PITCH], chunks swizzled.
-    auto k_chunk = [&](int stage, int row, int chunk) {
-        return ring + stage * G::TILE_CHUNKS + row * G::PITCH + G::k_swizzle(row, chunk);
+    // Where a lane's reads of a stage start (bytes): the swizzles of the rows
+    // and chunks it reads, once. K: rows gid + 8j, chunks tig + 4c, swizzled
+    // to tig + 4 (c ^ (gid & 1)), so even c read from one base and odd c from
+    // another, each + (8j PITCH + 4c) chunks. V: rows 2tig + {0, 1, 8, 9},
+    // chunks gid + 8c, swizzled to (gid ^ 2tig) + 8c. What is left per read
+    // is a constant, which the load instruction carries.
+    const unsigned char* const ring_bytes = reinterpret_cast<const unsigned char*>(ring);
+    const int k_flip = 4 * (gid & 1);
+    const int k_read_even = (gid * G::PITCH + tig + k_flip) * 16;
+    const int k_read_odd = (gid * G::PITCH + tig - k_flip) * 16;
+    const int v_read = ((DECODE_TILE_TOKENS + 2 * tig) * G::PITCH + (gid ^ (2 * tig))) * 16;
+    auto k_read = [&](int stage, int j, int c) {
+        return *reinterpret_cast<const uint4*>(ring_bytes + stage * G::TILE_BYTES + (c % 2 ? k_read_odd : k_read_even) +
+                                               (8 * j * G::PITCH + 4 * c) * 16);
     };
-    auto v_chunk = [&](int stage, int row, int chunk) {
-        return ring + stage * G::TILE_CHUNKS + (DECODE_TILE_TOKENS + row) * G::PITCH + G::v_swizzle(row, chunk);
+    auto v_read_at = [&](int stage, int ti, int c) {
+        return *reinterpret_cast<const uint4*>(ring_bytes + stage * G::TILE_BYTES + v_read +
+                                               ((ti & 1) + 8 * (ti >> 1)) * G::PITCH * 16 + c * 8 * 16);
     };
+    // The copies' destinations as 32-bit shared addresses, in plain integer
+    // arithmetic: the compiler keeps each lane's offsets out of the loop and
+    // folds the second chunk's +16 into the instruction. (A generic pointer
+    // per copy, converted inside each copy's asm, was recomputed for every
+    // copy of every tile: about ten instructions each.)
+    const unsigned ring_shared = da_smem_addr(ring);
+    auto k_dst = [&](int stage, int i, int chunk) {
+        const int row = copy_row + G::ROWS_PER_COPY * i;
+        return ring_shared + (unsigned)(stage * G::TILE_CHUNKS + row * G::PITCH + G::k_swizzle(row, chunk)) * 16u;
+    };
+    auto v_dst = [&](int stage, int i, int chunk) {
+        const int row = copy_row + G::ROWS_PER_COPY * i;
+        return ring_shared +
+               (unsigned)(stage * G::TILE_CHUNKS + (DECODE_TILE_TOKENS + row) * G::PITCH + G::v_swizzle(row, chunk)) *
+                   16u;
+    };
+    constexpr int SECOND = LANES_PER_ROW;  // the lane's second chunk, in chunks after its first
     // A dead tile (past the split's end: the pipeline's fill and drain when a
     // warp has fewer tiles than stages) copies nothing; its group stays, empty,
     // so that the wait counts hold.
@@ -338,11 +386,14 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
         if (at.live) {
 #pragma unroll
             for (int i = 0; i < G::COPIES; ++i) {
-                const int row = copy_row + G::ROWS_PER_COPY * i;
                 const bool live = (at.valid >> i) & 1u;
                 const long long from = live ? at.from[i] : 0;
-                da_cp_async16(k_chunk(stage, row, copy_chunk), k_base + from, live ? 16 : 0);
-                da_cp_async16(v_chunk(stage, row, copy_chunk), v_base + from, live ? 16 : 0);
+                const int first_bytes = live ? first_chunk_bytes : 0;
+                const int second_bytes = live ? second_chunk_bytes : 0;
+                da_cp_async16_shared(k_dst(stage, i, copy_chunk), k_cache + from, first_bytes);
+                da_cp_async16_shared(k_dst(stage, i, copy_chunk + SECOND), k_cache + from + SECOND * 16, second_bytes);
+                da_cp_async16_shared(v_dst(stage, i, copy_chunk), v_cache + from, first_bytes);
+                da_cp_async16_shared(v_dst(stage, i, copy_chunk + SECOND), v_cache + from + SECOND * 16, second_bytes);
             }
         }
         da_cp_async_commit();
@@ -360,7 +411,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
             const unsigned a_odd[4] = {q0.z, q8.z, q0.w, q8.w};
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-                const uint4 k = *k_chunk(stage, gid + 8 * j, tig + 4 * c);
+                const uint4 k = k_read(stage, j, c);
                 M::mma(s[j], a_even, k.x, k.y);
                 M::mma(s[j], a_odd, k.z, k.w);
             }
@@ -412,7 +463,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
         for (int c = 0; c < G::V_CHUNKS; ++c) {
             uint4 v[4];
 #pragma unroll
-            for (int ti = 0; ti < 4; ++ti) v[ti] = *v_chunk(stage, 2 * tig + (ti & 1) + 8 * (ti >> 1), gid + 8 * c);
+            for (int ti = 0; ti < 4; ++ti) v[ti] = v_read_at(stage, ti, c);
             const unsigned lo_t[4][4] = {{v[0].x, v[0].y, v[0].z, v[0].w},
                                          {v[1].x, v[1].y, v[1].z, v[1].w},
                                          {v[2].x, v[2].y, v[2].z, v[2].w},

@@ -221,6 +221,13 @@ inline void da_cp_async16(void* smem_dst, const void* global_src, int src_bytes)
     memset(smem_dst, 0xff, 16);
     f.pending.push_back({smem_dst, global_src, src_bytes, f.committed});
 }
+// Shared addresses are offsets into the block's dynamic shared memory.
+inline unsigned da_smem_addr(const void* ptr) {
+    return (unsigned)(static_cast<const unsigned char*>(ptr) - emu::dynamic_smem);
+}
+inline void da_cp_async16_shared(unsigned smem_dst, const void* global_src, int src_bytes) {
+    da_cp_async16(emu::dynamic_smem + smem_dst, global_src, src_bytes);
+}
 inline void da_cp_async_commit() { ++emu::fibers[emu::cur].committed; }
 // Lands every copy of this thread's groups but the N most recent committed ones.
 template <int N>
