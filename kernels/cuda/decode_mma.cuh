@@ -37,7 +37,8 @@
 //    (n + 8c) * 8 + 2r + e.
 // Memory side: the warp copies each tile's K and V rows whole (consecutive
 // lanes take consecutive chunks of a row: full 128-byte lines, which halved
-// the L2 requests of a first version whose lanes copied only what they read)
+// the L2 requests of a first version whose lanes copied only what they read;
+// each lane takes two chunks of a row, half a row apart, from one address)
 // into a per-warp ring of shared-memory stages, rows stored with an XOR
 // swizzle of their chunks so that the reads above are free of bank conflicts.
 // A __syncwarp per tile publishes the landed copies and retires the reads of
@@ -364,9 +365,10 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     };
     // The copies' destinations as 32-bit shared addresses, in plain integer
     // arithmetic: the compiler keeps each lane's offsets out of the loop and
-    // folds the second chunk's +16 into the instruction. (A generic pointer
-    // per copy, converted inside each copy's asm, was recomputed for every
-    // copy of every tile: about ten instructions each.)
+    // folds what is constant (later rows, at PITCH >= 16 the second chunk)
+    // into the instruction. (A generic pointer per copy, converted inside
+    // each copy's asm, was recomputed for every copy of every tile: about
+    // ten instructions each, version 21.)
     const unsigned ring_shared = da_smem_addr(ring);
     auto k_dst = [&](int stage, int i, int chunk) {
         const int row = copy_row + G::ROWS_PER_COPY * i;
