@@ -18,9 +18,9 @@ against a float32 reference first.
 --shapes defaults to the peers' grid; --peers-dir DIR (default $PEERS_DIR,
 else .gpu/peers under the repository root, where gpu-stage puts the harness).
 """
-import argparse, csv, math, os, sys
+import argparse, math, os, sys
 
-FIELDS = ["model", "B", "s", "peer", "mode", "us", "tbs", "pct_copy", "relerr"]
+from peer_rows import add_row, write_rows
 
 
 def main():
@@ -76,18 +76,10 @@ def main():
                 run(i)
 
             us = bp.time_graph(cold, sets) - evictor_us
-            tbs = (kvb + 2 * B * h * d * 2) / (us * 1e-6) / 1e12
-            row = dict(model=mname, B=B, s=s, peer=P.name, mode=f"cold/{p.mode}", us=round(us, 2),
-                       tbs=round(tbs, 3), pct_copy=round(100 * tbs * 1e12 / bw, 1), relerr=f"{err:.1e}")
-            rows.append(row)
-            print(f"{mname:16} {B:>4} {s:>6} {P.name:14} {row['mode']:16} {us:9.2f} {tbs:6.2f} "
-                  f"{row['pct_copy']:6.1f} {err:8.1e}", flush=True)
+            add_row(rows, mname, B, s, P.name, f"cold/{p.mode}", us, kvb + 2 * B * h * d * 2, bw, err, 16)
         del c, ref, p
         torch.cuda.empty_cache()
-        with open(a.out, "w", newline="") as f:  # every shape, so a timeout keeps what ran
-            w = csv.DictWriter(f, fieldnames=FIELDS)
-            w.writeheader()
-            w.writerows(rows)
+        write_rows(a.out, rows)  # every shape, so a timeout keeps what ran
 
 
 if __name__ == "__main__":

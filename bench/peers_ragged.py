@@ -16,9 +16,9 @@ order) or spread:B:LO-HI (B lengths evenly spaced from LO to HI, increasing).
 $PEERS_DIR, else .gpu/peers under the repository root, where gpu-stage puts
 the harness). `--self-test` checks the SPEC parser; it needs no torch.
 """
-import argparse, csv, math, os, sys
+import argparse, math, os, sys
 
-FIELDS = ["model", "B", "s", "peer", "mode", "us", "tbs", "pct_copy", "relerr"]
+from peer_rows import add_row, write_rows
 
 
 def parse_spec(spec):
@@ -161,18 +161,10 @@ def main():
             out = p.run(0).float()
             err = ((out - ref).norm() / ref.norm()).item()
             us = bp.time_graph(p.run, sets)
-            tbs = (kvb + 2 * B * h * d * 2) / (us * 1e-6) / 1e12
-            row = dict(model=mname, B=B, s=s, peer=P.name, mode=p.mode, us=round(us, 2),
-                       tbs=round(tbs, 3), pct_copy=round(100 * tbs * 1e12 / bw, 1), relerr=f"{err:.1e}")
-            rows.append(row)
-            print(f"{mname:16} {B:>4} {s:>6} {P.name:14} {p.mode:10} {us:9.2f} {tbs:6.2f} "
-                  f"{row['pct_copy']:6.1f} {err:8.1e}", flush=True)
+            add_row(rows, mname, B, s, P.name, p.mode, us, kvb + 2 * B * h * d * 2, bw, err, 10)
         del c, ref, p
         torch.cuda.empty_cache()
-        with open(a.out, "w", newline="") as f:  # every spec, so a timeout keeps what ran
-            w = csv.DictWriter(f, fieldnames=FIELDS)
-            w.writeheader()
-            w.writerows(rows)
+        write_rows(a.out, rows)  # every spec, so a timeout keeps what ran
 
 
 if __name__ == "__main__":
