@@ -4,7 +4,8 @@
 //! Each sample is timed by the backend's own clock (`DecodeAttention::time_us`:
 //! CUDA-graph replays between device events on a GPU, wall time on the CPU),
 //! over enough copies of the KV pool that L2 holds none of them (>= 512 MiB on
-//! a GPU). Before the criterion groups, one line per shape prints µs, TB/s and
+//! a GPU, at least two copies and 8 calls per graph, as `decode-attn bench`
+//! times). Before the criterion groups, one line per shape prints µs, TB/s and
 //! the fraction of the device-to-device copy bandwidth measured in the same
 //! run, which criterion's own report cannot show. `decode-attn bench` is the
 //! full grid with the peers' CSV; this is the quick, statistically careful one.
@@ -47,7 +48,12 @@ struct Loaded {
     plan: decode_attn::Plan,
     device: DeviceBatch<Buffer>,
     pools: Vec<(Buffer, Buffer)>,
+    /// Passes over every pool per timed graph.
+    rounds: usize,
 }
+
+/// Calls per timed GPU graph at least (`decode-attn bench`'s GPU_MIN_CALLS_PER_GRAPH).
+const GPU_MIN_CALLS_PER_GRAPH: usize = 8;
 
 impl Loaded {
     fn new(backend: &Backend, shape: &Shape, rotation_bytes: usize) -> decode_attn::Result<Loaded> {
@@ -60,16 +66,20 @@ impl Loaded {
         let plan = backend.plan(&problem, Policy::Auto)?;
         let batch = HostBatch::random(&problem, 1);
         let device = DeviceBatch::upload(backend, &batch, plan.workspace_bytes, 0)?;
+        let gpu = backend.name() != "cpu";
+        let pool_bytes = batch.k_cache.len() + batch.v_cache.len();
+        let rotation_bytes = if gpu { rotation_bytes.max(2 * pool_bytes) } else { rotation_bytes };
         let pools = DeviceBatch::upload_kv_copies(backend, &batch, rotation_bytes, 64)?;
-        Ok(Loaded { problem, plan, device, pools })
+        let rounds = if gpu { GPU_MIN_CALLS_PER_GRAPH.div_ceil(pools.len() + 1) } else { 1 };
+        Ok(Loaded { problem, plan, device, pools, rounds })
     }
 
-    /// Microseconds per decode call, `reps` replays of one pass over every copy.
+    /// Microseconds per decode call, `reps` replays of `rounds` passes over every copy.
     fn time_us(&mut self, backend: &Backend, reps: usize) -> decode_attn::Result<f64> {
-        let Loaded { plan, device, pools, .. } = self;
-        let copies = pools.len() + 1;
-        let mut work = || device.decode_over_pools(backend, plan, pools);
-        Ok(backend.time_us(&mut work, 2, reps)? / copies as f64)
+        let Loaded { plan, device, pools, rounds, .. } = self;
+        let calls = (pools.len() + 1) * *rounds;
+        let mut work = || (0..*rounds).try_for_each(|_| device.decode_over_pools(backend, plan, pools));
+        Ok(backend.time_us(&mut work, 2, reps)? / calls as f64)
     }
 
     fn bytes(&self) -> u64 {
