@@ -11,12 +11,17 @@
 //   bulk-row    one cp.async.bulk per 256-byte row (lanes 0-15 K, 16-31 V),
 //               completing on one mbarrier per stage;
 //   bulk-block  (one KV head only, where a block's 16 rows are contiguous)
-//               one 4 KiB cp.async.bulk for K and one for V per tile.
+//               one 4 KiB cp.async.bulk for K and one for V per tile;
+//   tma-2d      one cp.async.bulk.tensor per tile for K and one for V: a
+//               tensor map over the pool as [slot][kv_head * head_dim], box
+//               16 slots x one head's 128 elements (no swizzle: this probe
+//               times the copy, not the reads the kernel would make).
 // Timing: a CUDA graph of 8 calls cycling over copies of the pool, device
 // events, median of 5 replays.
 //
 // Not part of the library or CI. On the GPU machine:
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o bulk kernels/cuda/probe/bulk_copy_probe.cu && ./bulk
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,20 +31,14 @@
 #include <random>
 #include <vector>
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
+#include "probe_check.h"
 
 constexpr int WARPS = 4, TILE = 16, ROW_BYTES = 256, STAGES = 3;
 constexpr int TILE_BYTES = 2 * TILE * ROW_BYTES;  // K then V
 constexpr int RING_BYTES = 98304;                 // as the mma kernel: two CTAs per SM
-enum Mode { CP_ASYNC = 0, BULK_ROW = 1, BULK_BLOCK = 2 };
-static const char* mode_name[] = {"cp.async", "bulk-row", "bulk-block"};
+enum Mode { CP_ASYNC = 0, BULK_ROW = 1, BULK_BLOCK = 2, TMA_2D = 3 };
+constexpr int MODES = 4;
+static const char* mode_name[] = {"cp.async", "bulk-row", "bulk-block", "tma-2d"};
 
 struct Args {
     const char* k;
@@ -47,6 +46,9 @@ struct Args {
     const int* table;  // [seq][blocks_per_seq]
     int blocks_per_seq, num_kv_heads, num_splits, seq_len;
     unsigned* sink;
+};
+struct Maps {
+    CUtensorMap k, v;  // TMA_2D only
 };
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
@@ -65,6 +67,13 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
         "r"(parity)
         : "memory");
 }
+__device__ __forceinline__ void tma_2d(unsigned dst, const CUtensorMap* map, int x, int y, unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+            dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(bar)
+        : "memory");
+}
 __device__ __forceinline__ void bulk(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
                  "l"(src), "r"(bytes), "r"(bar)
@@ -72,7 +81,7 @@ __device__ __forceinline__ void bulk(unsigned dst, const void* src, unsigned byt
 }
 
 template <int MODE>
-__global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
+__global__ void __launch_bounds__(128, 2) stream_kv(Args a, const __grid_constant__ Maps maps) {
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) unsigned long long bars[WARPS][STAGES];
     const int b = blockIdx.x, head = blockIdx.y, split = blockIdx.z;
@@ -114,12 +123,20 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
                 const int r = lane % 16;
                 const char* src = (lane < 16 ? a.k : a.v) + base + r * slot_bytes;
                 bulk(dst + (lane / 16 * TILE + r) * ROW_BYTES, src, ROW_BYTES, bar);
-            } else {
+            } else if (MODE == BULK_BLOCK) {
                 const unsigned bar = bar0 + 8 * stage;
                 if (lane == 0) {
                     mbar_expect(bar, TILE_BYTES);
                     bulk(dst, a.k + base, TILE * ROW_BYTES, bar);
                     bulk(dst + TILE * ROW_BYTES, a.v + base, TILE * ROW_BYTES, bar);
+                }
+            } else {
+                const unsigned bar = bar0 + 8 * stage;
+                if (lane == 0) {
+                    const int slot0 = __ldg(row + tile) * TILE, x = head * (ROW_BYTES / 2);
+                    mbar_expect(bar, TILE_BYTES);
+                    tma_2d(dst, &maps.k, x, slot0, bar);
+                    tma_2d(dst + TILE * ROW_BYTES, &maps.v, x, slot0, bar);
                 }
             }
         }
@@ -148,6 +165,27 @@ struct Shape {
     int num_seqs, num_kv_heads, seq_len, num_splits;
 };
 
+typedef CUresult (*EncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// [slot][kv_heads * 128] bf16; box: 16 slots x 128 elements (one head's row).
+static CUtensorMap pool_map(EncodeTiled encode, const char* base, long long slots, int num_kv_heads) {
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)num_kv_heads * (ROW_BYTES / 2), (cuuint64_t)slots};
+    const cuuint64_t strides[1] = {(cuuint64_t)num_kv_heads * ROW_BYTES};
+    const cuuint32_t box[2] = {ROW_BYTES / 2, TILE};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<char*>(base), dims, strides, box,
+                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "cuTensorMapEncodeTiled: %d\n", (int)r);
+        exit(1);
+    }
+    return map;
+}
+
 int main() {
     const Shape shapes[] = {
         {"70b B=16 s=65536", 16, 1, 65536, 16}, {"70b B=64 s=65536", 64, 1, 65536, 4},
@@ -156,12 +194,21 @@ int main() {
         {"8b B=4 s=16384", 4, 8, 16384, 8},     {"8b B=1 s=16384", 1, 8, 16384, 32},
     };
     cudaStream_t st;
-    CK(cudaStreamCreate(&st));
+    PROBE_CHECK(cudaStreamCreate(&st));
     unsigned* sink;
-    CK(cudaMalloc(&sink, 16));
-    CK(cudaFuncSetAttribute(stream_kv<CP_ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES));
-    CK(cudaFuncSetAttribute(stream_kv<BULK_ROW>, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES));
-    CK(cudaFuncSetAttribute(stream_kv<BULK_BLOCK>, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES));
+    PROBE_CHECK(cudaMalloc(&sink, 16));
+    PROBE_CHECK(cudaFuncSetAttribute(stream_kv<CP_ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES));
+    PROBE_CHECK(cudaFuncSetAttribute(stream_kv<BULK_ROW>, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES));
+    PROBE_CHECK(cudaFuncSetAttribute(stream_kv<BULK_BLOCK>, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES));
+    PROBE_CHECK(cudaFuncSetAttribute(stream_kv<TMA_2D>, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES));
+    EncodeTiled encode = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    PROBE_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000,
+                                                 cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || !encode) {
+        fprintf(stderr, "no cuTensorMapEncodeTiled\n");
+        return 1;
+    }
     printf("%-18s %-10s %6s %10s %8s\n", "shape", "copy", "ctas", "us", "TB/s");
     for (const Shape& sh : shapes) {
         const long long blocks_per_seq = sh.seq_len / TILE;
@@ -170,52 +217,58 @@ int main() {
         const size_t kv_bytes = 2 * side_bytes;
         const int copies = (int)std::max<size_t>(2, std::min<size_t>(8, (1ull << 30) / kv_bytes));
         char* pool;
-        CK(cudaMalloc(&pool, kv_bytes * copies));
-        CK(cudaMemset(pool, 1, kv_bytes * copies));
+        PROBE_CHECK(cudaMalloc(&pool, kv_bytes * copies));
+        PROBE_CHECK(cudaMemset(pool, 1, kv_bytes * copies));
         std::vector<int> table(num_blocks);
         std::iota(table.begin(), table.end(), 0);
         std::shuffle(table.begin(), table.end(), std::mt19937(7));
         int* table_d;
-        CK(cudaMalloc(&table_d, num_blocks * sizeof(int)));
-        CK(cudaMemcpy(table_d, table.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
-        for (int mode = 0; mode < 3; ++mode) {
+        PROBE_CHECK(cudaMalloc(&table_d, num_blocks * sizeof(int)));
+        PROBE_CHECK(cudaMemcpy(table_d, table.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
+        for (int mode = 0; mode < MODES; ++mode) {
             if (mode == BULK_BLOCK && sh.num_kv_heads != 1) continue;
             const dim3 grid(sh.num_seqs, sh.num_kv_heads, sh.num_splits);
             cudaGraph_t graph;
-            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+            PROBE_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
             const int calls = 8;
             for (int i = 0; i < calls; ++i) {
                 const char* k = pool + (size_t)(i % copies) * kv_bytes;
                 Args a{k, k + side_bytes, table_d, (int)blocks_per_seq, sh.num_kv_heads, sh.num_splits, sh.seq_len, sink};
-                if (mode == CP_ASYNC) stream_kv<CP_ASYNC><<<grid, 128, RING_BYTES, st>>>(a);
-                if (mode == BULK_ROW) stream_kv<BULK_ROW><<<grid, 128, RING_BYTES, st>>>(a);
-                if (mode == BULK_BLOCK) stream_kv<BULK_BLOCK><<<grid, 128, RING_BYTES, st>>>(a);
+                Maps maps{};
+                if (mode == TMA_2D) {
+                    maps.k = pool_map(encode, k, num_blocks * TILE, sh.num_kv_heads);
+                    maps.v = pool_map(encode, k + side_bytes, num_blocks * TILE, sh.num_kv_heads);
+                }
+                if (mode == CP_ASYNC) stream_kv<CP_ASYNC><<<grid, 128, RING_BYTES, st>>>(a, maps);
+                if (mode == BULK_ROW) stream_kv<BULK_ROW><<<grid, 128, RING_BYTES, st>>>(a, maps);
+                if (mode == BULK_BLOCK) stream_kv<BULK_BLOCK><<<grid, 128, RING_BYTES, st>>>(a, maps);
+                if (mode == TMA_2D) stream_kv<TMA_2D><<<grid, 128, RING_BYTES, st>>>(a, maps);
             }
-            CK(cudaStreamEndCapture(st, &graph));
+            PROBE_CHECK(cudaStreamEndCapture(st, &graph));
             cudaGraphExec_t exec;
-            CK(cudaGraphInstantiate(&exec, graph, 0));
+            PROBE_CHECK(cudaGraphInstantiate(&exec, graph, 0));
             cudaEvent_t e0, e1;
-            CK(cudaEventCreate(&e0));
-            CK(cudaEventCreate(&e1));
-            CK(cudaGraphLaunch(exec, st));
+            PROBE_CHECK(cudaEventCreate(&e0));
+            PROBE_CHECK(cudaEventCreate(&e1));
+            PROBE_CHECK(cudaGraphLaunch(exec, st));
             std::vector<float> ms(5);
             for (float& m : ms) {
-                CK(cudaEventRecord(e0, st));
-                CK(cudaGraphLaunch(exec, st));
-                CK(cudaEventRecord(e1, st));
-                CK(cudaEventSynchronize(e1));
-                CK(cudaEventElapsedTime(&m, e0, e1));
+                PROBE_CHECK(cudaEventRecord(e0, st));
+                PROBE_CHECK(cudaGraphLaunch(exec, st));
+                PROBE_CHECK(cudaEventRecord(e1, st));
+                PROBE_CHECK(cudaEventSynchronize(e1));
+                PROBE_CHECK(cudaEventElapsedTime(&m, e0, e1));
             }
             std::sort(ms.begin(), ms.end());
             const double us = ms[2] * 1e3 / calls;
             printf("%-18s %-10s %6d %10.2f %8.3f\n", sh.name, mode_name[mode], grid.x * grid.y * grid.z, us,
                    kv_bytes / us / 1e6);
-            CK(cudaGraphExecDestroy(exec));
-            CK(cudaGraphDestroy(graph));
+            PROBE_CHECK(cudaGraphExecDestroy(exec));
+            PROBE_CHECK(cudaGraphDestroy(graph));
         }
-        CK(cudaFree(pool));
-        CK(cudaFree(table_d));
+        PROBE_CHECK(cudaFree(pool));
+        PROBE_CHECK(cudaFree(table_d));
     }
-    CK(cudaGetLastError());
+    PROBE_CHECK(cudaGetLastError());
     return 0;
 }

@@ -25,14 +25,7 @@
 
 namespace cg = cooperative_groups;
 
-#define CHECK(x)                                                                        \
-    do {                                                                                \
-        cudaError_t e_ = (x);                                                           \
-        if (e_ != cudaSuccess) {                                                        \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
+#include "probe_check.h"
 
 constexpr int THREADS = 128;
 constexpr int HEAD_DIM = 128;
@@ -216,7 +209,7 @@ static void launch_call(cudaStream_t st, const Config& c, Args a, bool pdl_reduc
         cfg.attrs = attr;
         cfg.numAttrs = 1;
     }
-    CHECK(cudaLaunchKernelEx(&cfg, stand_in, a));
+    PROBE_CHECK(cudaLaunchKernelEx(&cfg, stand_in, a));
     if (c.mode == REDUCER) {
         cudaLaunchConfig_t rc = {};
         cudaLaunchAttribute rattr[1];
@@ -229,7 +222,7 @@ static void launch_call(cudaStream_t st, const Config& c, Args a, bool pdl_reduc
             rc.attrs = rattr;
             rc.numAttrs = 1;
         }
-        CHECK(cudaLaunchKernelEx(&rc, reducer, a, c.splits));
+        PROBE_CHECK(cudaLaunchKernelEx(&rc, reducer, a, c.splits));
     }
 }
 
@@ -238,58 +231,58 @@ template <typename F>
 static double time_graph(cudaStream_t st, int calls, F record_call) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
-    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    PROBE_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     for (int i = 0; i < calls; ++i) record_call(i);
-    CHECK(cudaStreamEndCapture(st, &graph));
-    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    PROBE_CHECK(cudaStreamEndCapture(st, &graph));
+    PROBE_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, st));
+    PROBE_CHECK(cudaEventCreate(&e0));
+    PROBE_CHECK(cudaEventCreate(&e1));
+    for (int i = 0; i < 3; ++i) PROBE_CHECK(cudaGraphLaunch(exec, st));
     const int reps = std::max(3, 2000 / calls);
-    CHECK(cudaEventRecord(e0, st));
-    for (int i = 0; i < reps; ++i) CHECK(cudaGraphLaunch(exec, st));
-    CHECK(cudaEventRecord(e1, st));
-    CHECK(cudaEventSynchronize(e1));
+    PROBE_CHECK(cudaEventRecord(e0, st));
+    for (int i = 0; i < reps; ++i) PROBE_CHECK(cudaGraphLaunch(exec, st));
+    PROBE_CHECK(cudaEventRecord(e1, st));
+    PROBE_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    CHECK(cudaGraphExecDestroy(exec));
-    CHECK(cudaGraphDestroy(graph));
-    CHECK(cudaEventDestroy(e0));
-    CHECK(cudaEventDestroy(e1));
+    PROBE_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    PROBE_CHECK(cudaGraphExecDestroy(exec));
+    PROBE_CHECK(cudaGraphDestroy(graph));
+    PROBE_CHECK(cudaEventDestroy(e0));
+    PROBE_CHECK(cudaEventDestroy(e1));
     return ms * 1000.0 / ((double)reps * calls);
 }
 
 int main() {
     cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
-    CHECK(cudaFuncSetAttribute(stand_in, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
-    CHECK(cudaFuncSetAttribute(stand_in, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    PROBE_CHECK(cudaGetDeviceProperties(&prop, 0));
+    PROBE_CHECK(cudaFuncSetAttribute(stand_in, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    PROBE_CHECK(cudaFuncSetAttribute(stand_in, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     cudaStream_t st;
-    CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    PROBE_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
     // The yardstick: device-to-device copy of 1 GiB, read + write.
     const size_t copy_bytes = 1024 * MIB;
     void *src, *dst;
-    CHECK(cudaMalloc(&src, copy_bytes));
-    CHECK(cudaMalloc(&dst, copy_bytes));
-    CHECK(cudaMemset(src, 1, copy_bytes));
+    PROBE_CHECK(cudaMalloc(&src, copy_bytes));
+    PROBE_CHECK(cudaMalloc(&dst, copy_bytes));
+    PROBE_CHECK(cudaMemset(src, 1, copy_bytes));
     // On the stream, not in a graph (a graph's memcpy node is slower), as the bench does.
     double copy_tbs = 0;
     {
         cudaEvent_t e0, e1;
-        CHECK(cudaEventCreate(&e0));
-        CHECK(cudaEventCreate(&e1));
-        CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, st));
-        CHECK(cudaEventRecord(e0, st));
-        for (int i = 0; i < 10; ++i) CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, st));
-        CHECK(cudaEventRecord(e1, st));
-        CHECK(cudaEventSynchronize(e1));
+        PROBE_CHECK(cudaEventCreate(&e0));
+        PROBE_CHECK(cudaEventCreate(&e1));
+        PROBE_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, st));
+        PROBE_CHECK(cudaEventRecord(e0, st));
+        for (int i = 0; i < 10; ++i) PROBE_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, st));
+        PROBE_CHECK(cudaEventRecord(e1, st));
+        PROBE_CHECK(cudaEventSynchronize(e1));
         float ms = 0;
-        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        PROBE_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         copy_tbs = 2.0 * copy_bytes * 10 / (ms * 1e-3) / 1e12;
     }
-    CHECK(cudaFree(dst));
+    PROBE_CHECK(cudaFree(dst));
     printf("# %s, %d SMs; copy %.2f TB/s (1 GiB, read + write)\n", prop.name, prop.multiProcessorCount, copy_tbs);
 
     // Empty kernels in a graph: the launch floor per node.
@@ -305,15 +298,15 @@ int main() {
             cfg.stream = st;
             cfg.attrs = attr;
             cfg.numAttrs = 1;
-            CHECK(cudaLaunchKernelEx(&cfg, empty_kernel, (int*)nullptr));
+            PROBE_CHECK(cudaLaunchKernelEx(&cfg, empty_kernel, (int*)nullptr));
         });
         printf("empty kernel per graph node: %.2f us plain, %.2f us programmatic\n", plain, pdl);
     }
 
     float *out, *part, *part_ml;
-    CHECK(cudaMalloc(&out, 64 * MAX_SPLITS * HEAD_DIM * sizeof(float)));
-    CHECK(cudaMalloc(&part, 64 * MAX_SPLITS * HEAD_DIM * sizeof(float)));
-    CHECK(cudaMalloc(&part_ml, 64 * MAX_SPLITS * 2 * sizeof(float)));
+    PROBE_CHECK(cudaMalloc(&out, 64 * MAX_SPLITS * HEAD_DIM * sizeof(float)));
+    PROBE_CHECK(cudaMalloc(&part, 64 * MAX_SPLITS * HEAD_DIM * sizeof(float)));
+    PROBE_CHECK(cudaMalloc(&part_ml, 64 * MAX_SPLITS * 2 * sizeof(float)));
 
     const std::vector<double> sizes_mib = {0.5, 2, 4, 16, 64, 256, 1024};
     const std::vector<Config> configs = {
@@ -327,8 +320,8 @@ int main() {
         const size_t rotation = 512 * MIB;
         const int copies = (int)std::min<size_t>(64, std::max<size_t>(1, (rotation + bytes - 1) / bytes));
         unsigned char* pool;
-        CHECK(cudaMalloc(&pool, bytes * copies));
-        CHECK(cudaMemset(pool, 0, bytes * copies));  // lengths and table entries 0: the chain's values
+        PROBE_CHECK(cudaMalloc(&pool, bytes * copies));
+        PROBE_CHECK(cudaMemset(pool, 0, bytes * copies));  // lengths and table entries 0: the chain's values
         for (int ctas_per_sm : {2, 4, 8}) {
             const int grid = prop.multiProcessorCount * ctas_per_sm;
             const double us = time_graph(st, copies, [&](int i) {
@@ -352,7 +345,7 @@ int main() {
                 cfg.attrs = attr;
                 cfg.numAttrs = 1;
                 int clusters = 0;
-                CHECK(cudaOccupancyMaxActiveClusters(&clusters, stand_in, &cfg));
+                PROBE_CHECK(cudaOccupancyMaxActiveClusters(&clusters, stand_in, &cfg));
                 if (mib == sizes_mib[0]) printf("# cluster of %d: %d clusters resident at once\n", c.splits, clusters);
                 if (clusters == 0) continue;
             }
@@ -364,8 +357,8 @@ int main() {
             printf("%8.1f %5d %6d %8s %5d %9.2f %7.2f %6.1f\n", mib, c.heads, c.splits, mode_name(c.mode), c.chain, us, tbs,
                    100.0 * tbs / copy_tbs);
         }
-        CHECK(cudaFree(pool));
+        PROBE_CHECK(cudaFree(pool));
     }
-    CHECK(cudaGetLastError());
+    PROBE_CHECK(cudaGetLastError());
     return 0;
 }

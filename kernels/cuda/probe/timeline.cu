@@ -75,14 +75,7 @@ __device__ __forceinline__ void da_timeline_stamp(const DecodeParams& p, int gri
 #define DA_TIMELINE 1
 #include "decode.cu"
 
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));  \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
+#include "probe_check.h"
 
 struct Shape {
     const char* model;
@@ -120,10 +113,10 @@ int main() {
     constexpr int D = 128;
     auto kernel = decode_mma_bf16_d128;
     auto reducer = decode_stream_reduce_bf16_d128;
-    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DECODE_MMA_RING_BYTES));
+    PROBE_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DECODE_MMA_RING_BYTES));
     unsigned long long* timeline;
     const size_t timeline_words = (size_t)MAX_CALLS * 2 * MAX_CTAS * EVENTS;
-    CK(cudaMalloc(&timeline, timeline_words * 8));
+    PROBE_CHECK(cudaMalloc(&timeline, timeline_words * 8));
     Timeline tl{timeline, nullptr, nullptr, 0.0, 0};
     // The evictor of TIMELINE_COLD=1: 8 sequences x 1024 tokens x 8 KV heads of
     // f32 K and V (64 MiB), 32 query heads, unsplit, on the stream kernel.
@@ -134,26 +127,26 @@ int main() {
     void *ev_q = nullptr, *ev_out = nullptr;
     const size_t ev_pool = (size_t)EV_SEQS * EV_LEN * EV_KV * D * 4;
     if (cold) {
-        CK(cudaMalloc(&ev_k, ev_pool));
-        CK(cudaMalloc(&ev_v, ev_pool));
-        CK(cudaMemset(ev_k, 0, ev_pool));
-        CK(cudaMemset(ev_v, 0, ev_pool));
+        PROBE_CHECK(cudaMalloc(&ev_k, ev_pool));
+        PROBE_CHECK(cudaMalloc(&ev_v, ev_pool));
+        PROBE_CHECK(cudaMemset(ev_k, 0, ev_pool));
+        PROBE_CHECK(cudaMemset(ev_v, 0, ev_pool));
         std::vector<int> ev_blocks(EV_SEQS * EV_LEN / 16), ev_l(EV_SEQS, EV_LEN);
         std::iota(ev_blocks.begin(), ev_blocks.end(), 0);
-        CK(cudaMalloc(&ev_table, ev_blocks.size() * 4));
-        CK(cudaMalloc(&ev_lens, EV_SEQS * 4));
-        CK(cudaMemcpy(ev_table, ev_blocks.data(), ev_blocks.size() * 4, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(ev_lens, ev_l.data(), EV_SEQS * 4, cudaMemcpyHostToDevice));
-        CK(cudaMalloc(&ev_q, (size_t)EV_SEQS * EV_Q * D * 4));
-        CK(cudaMalloc(&ev_out, (size_t)EV_SEQS * EV_Q * D * 4));
-        CK(cudaMemset(ev_q, 0, (size_t)EV_SEQS * EV_Q * D * 4));
-        CK(cudaFuncSetAttribute(decode_stream_f32_d128_h4, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        PROBE_CHECK(cudaMalloc(&ev_table, ev_blocks.size() * 4));
+        PROBE_CHECK(cudaMalloc(&ev_lens, EV_SEQS * 4));
+        PROBE_CHECK(cudaMemcpy(ev_table, ev_blocks.data(), ev_blocks.size() * 4, cudaMemcpyHostToDevice));
+        PROBE_CHECK(cudaMemcpy(ev_lens, ev_l.data(), EV_SEQS * 4, cudaMemcpyHostToDevice));
+        PROBE_CHECK(cudaMalloc(&ev_q, (size_t)EV_SEQS * EV_Q * D * 4));
+        PROBE_CHECK(cudaMalloc(&ev_out, (size_t)EV_SEQS * EV_Q * D * 4));
+        PROBE_CHECK(cudaMemset(ev_q, 0, (size_t)EV_SEQS * EV_Q * D * 4));
+        PROBE_CHECK(cudaFuncSetAttribute(decode_stream_f32_d128_h4, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 DECODE_STREAM_RING_BYTES));
     }
     // TIMELINE_COPIES=n: cycle over n KV copies instead of >= 512 MiB (1: KV stays in L2).
     const int copies_override = getenv("TIMELINE_COPIES") ? atoi(getenv("TIMELINE_COPIES")) : 0;
     cudaStream_t stream;
-    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    PROBE_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     std::mt19937_64 rng(7);
 
     for (const Shape& s : shapes) {
@@ -168,15 +161,15 @@ int main() {
         if (copies_override > 0) calls = std::min(copies_override, MAX_CALLS);
         // K copies then V copies, each copy pool_bytes apart (the stamp finds the call from K).
         char *k_all, *v_all;
-        CK(cudaMalloc(&k_all, pool_bytes * calls));
-        CK(cudaMalloc(&v_all, pool_bytes * calls));
-        CK(cudaMemset(k_all, 0x3c, pool_bytes * calls));
-        CK(cudaMemset(v_all, 0x3c, pool_bytes * calls));
+        PROBE_CHECK(cudaMalloc(&k_all, pool_bytes * calls));
+        PROBE_CHECK(cudaMalloc(&v_all, pool_bytes * calls));
+        PROBE_CHECK(cudaMemset(k_all, 0x3c, pool_bytes * calls));
+        PROBE_CHECK(cudaMemset(v_all, 0x3c, pool_bytes * calls));
         tl.k_base = k_all;
         tl.k_end = k_all + pool_bytes * calls;
         tl.inv_pool_bytes = 1.0 / (double)pool_bytes;
         tl.on = 0;  // timed without stamps first
-        CK(cudaMemcpyToSymbol(da_timeline, &tl, sizeof(tl)));
+        PROBE_CHECK(cudaMemcpyToSymbol(da_timeline, &tl, sizeof(tl)));
         std::vector<int> table(num_blocks);
         std::iota(table.begin(), table.end(), 0);
         // TIMELINE_ORDERED=1: blocks in order (each sequence's KV contiguous), not scattered.
@@ -186,16 +179,16 @@ int main() {
         int *d_table, *d_lens;
         void *q, *out;
         float *pacc, *pml;
-        CK(cudaMalloc(&d_table, num_blocks * 4));
-        CK(cudaMalloc(&d_lens, s.num_seqs * 4));
-        CK(cudaMemcpy(d_table, table.data(), num_blocks * 4, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(d_lens, lens.data(), s.num_seqs * 4, cudaMemcpyHostToDevice));
-        CK(cudaMalloc(&q, (size_t)s.num_seqs * num_q_heads * D * 2));
-        CK(cudaMalloc(&out, (size_t)s.num_seqs * num_q_heads * D * 2));
-        CK(cudaMemset(q, 0x3c, (size_t)s.num_seqs * num_q_heads * D * 2));
+        PROBE_CHECK(cudaMalloc(&d_table, num_blocks * 4));
+        PROBE_CHECK(cudaMalloc(&d_lens, s.num_seqs * 4));
+        PROBE_CHECK(cudaMemcpy(d_table, table.data(), num_blocks * 4, cudaMemcpyHostToDevice));
+        PROBE_CHECK(cudaMemcpy(d_lens, lens.data(), s.num_seqs * 4, cudaMemcpyHostToDevice));
+        PROBE_CHECK(cudaMalloc(&q, (size_t)s.num_seqs * num_q_heads * D * 2));
+        PROBE_CHECK(cudaMalloc(&out, (size_t)s.num_seqs * num_q_heads * D * 2));
+        PROBE_CHECK(cudaMemset(q, 0x3c, (size_t)s.num_seqs * num_q_heads * D * 2));
         const size_t rows = (size_t)s.num_seqs * num_q_heads * s.num_splits;
-        CK(cudaMalloc(&pacc, rows * D * 4));
-        CK(cudaMalloc(&pml, rows * 2 * 4));
+        PROBE_CHECK(cudaMalloc(&pacc, rows * D * 4));
+        PROBE_CHECK(cudaMalloc(&pml, rows * 2 * 4));
 
         const int head_groups = (s.group + DECODE_MMA_HEADS - 1) / DECODE_MMA_HEADS;
         const dim3 grid(s.num_seqs, s.num_kv_heads * head_groups,
@@ -230,7 +223,7 @@ int main() {
             cfg.blockDim = dim3(DECODE_THREADS);
             cfg.dynamicSmemBytes = DECODE_STREAM_RING_BYTES;
             cfg.stream = stream;
-            CK(cudaLaunchKernelEx(&cfg, decode_stream_f32_d128_h4, p));
+            PROBE_CHECK(cudaLaunchKernelEx(&cfg, decode_stream_f32_d128_h4, p));
         };
         auto record_call = [&](int call) {
             if (cold) record_evictor();
@@ -260,7 +253,7 @@ int main() {
             cfg.blockDim = dim3(DECODE_THREADS);
             cfg.dynamicSmemBytes = DECODE_MMA_RING_BYTES;
             cfg.stream = stream;
-            CK(cudaLaunchKernelEx(&cfg, kernel, p));
+            PROBE_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
             if (s.num_splits > 1) {
                 cudaLaunchConfig_t rc = {};
                 cudaLaunchAttribute attr[1];
@@ -271,28 +264,28 @@ int main() {
                 rc.stream = stream;
                 rc.attrs = attr;
                 rc.numAttrs = 1;
-                CK(cudaLaunchKernelEx(&rc, reducer, p));
+                PROBE_CHECK(cudaLaunchKernelEx(&rc, reducer, p));
             }
         };
         cudaGraph_t graph;
         cudaGraphExec_t exec;
-        CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        PROBE_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
         for (int c = 0; c < calls; ++c) record_call(c);
-        CK(cudaStreamEndCapture(stream, &graph));
-        CK(cudaGraphInstantiate(&exec, graph, 0));
+        PROBE_CHECK(cudaStreamEndCapture(stream, &graph));
+        PROBE_CHECK(cudaGraphInstantiate(&exec, graph, 0));
         cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
+        PROBE_CHECK(cudaEventCreate(&e0));
+        PROBE_CHECK(cudaEventCreate(&e1));
         const int reps = std::max(3, 2000 / calls);
         // Microseconds per call of `graph_exec` (its `calls` calls), after 3 warm-up replays.
         auto per_call_us = [&](cudaGraphExec_t graph_exec) {
-            for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(graph_exec, stream));
-            CK(cudaEventRecord(e0, stream));
-            for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(graph_exec, stream));
-            CK(cudaEventRecord(e1, stream));
-            CK(cudaEventSynchronize(e1));
+            for (int i = 0; i < 3; ++i) PROBE_CHECK(cudaGraphLaunch(graph_exec, stream));
+            PROBE_CHECK(cudaEventRecord(e0, stream));
+            for (int i = 0; i < reps; ++i) PROBE_CHECK(cudaGraphLaunch(graph_exec, stream));
+            PROBE_CHECK(cudaEventRecord(e1, stream));
+            PROBE_CHECK(cudaEventSynchronize(e1));
             float elapsed_ms;
-            CK(cudaEventElapsedTime(&elapsed_ms, e0, e1));
+            PROBE_CHECK(cudaEventElapsedTime(&elapsed_ms, e0, e1));
             return elapsed_ms * 1000.0 / ((double)reps * calls);
         };
         double us = per_call_us(exec);
@@ -300,14 +293,14 @@ int main() {
         if (cold) {
             cudaGraph_t ev_graph;
             cudaGraphExec_t ev_exec;
-            CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+            PROBE_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
             for (int c = 0; c < calls; ++c) record_evictor();
-            CK(cudaStreamEndCapture(stream, &ev_graph));
-            CK(cudaGraphInstantiate(&ev_exec, ev_graph, 0));
+            PROBE_CHECK(cudaStreamEndCapture(stream, &ev_graph));
+            PROBE_CHECK(cudaGraphInstantiate(&ev_exec, ev_graph, 0));
             evictor_us = per_call_us(ev_exec);
             us -= evictor_us;
-            CK(cudaGraphExecDestroy(ev_exec));
-            CK(cudaGraphDestroy(ev_graph));
+            PROBE_CHECK(cudaGraphExecDestroy(ev_exec));
+            PROBE_CHECK(cudaGraphDestroy(ev_graph));
         }
         printf("\n%s B=%d s=%d splits=%d%s: %.2f us per call (%d calls per graph, %d decode CTAs, %d reducer CTAs), "
                "%.2f TB/s\n",
@@ -318,13 +311,13 @@ int main() {
         // Replays with stamps on: time them too, then keep the last replay's
         // stamps (read the last call and the one before).
         tl.on = 1;
-        CK(cudaMemcpyToSymbol(da_timeline, &tl, sizeof(tl)));
+        PROBE_CHECK(cudaMemcpyToSymbol(da_timeline, &tl, sizeof(tl)));
         printf("  with stamps: %.2f us per call\n", per_call_us(exec) - evictor_us);
-        CK(cudaMemset(timeline, 0, timeline_words * 8));
-        CK(cudaGraphLaunch(exec, stream));
-        CK(cudaStreamSynchronize(stream));
+        PROBE_CHECK(cudaMemset(timeline, 0, timeline_words * 8));
+        PROBE_CHECK(cudaGraphLaunch(exec, stream));
+        PROBE_CHECK(cudaStreamSynchronize(stream));
         std::vector<unsigned long long> stamps(timeline_words);
-        CK(cudaMemcpy(stamps.data(), timeline, timeline_words * 8, cudaMemcpyDeviceToHost));
+        PROBE_CHECK(cudaMemcpy(stamps.data(), timeline, timeline_words * 8, cudaMemcpyDeviceToHost));
         auto at = [&](int call, int g, int cta, int ev) {
             return stamps[(((size_t)call * 2 + g) * MAX_CTAS + cta) * EVENTS + ev];
         };
@@ -396,10 +389,10 @@ int main() {
             if (entries[i] > entries[i - 1]) grain = std::min(grain, entries[i] - entries[i - 1]);
         if (grain != ~0ull) printf("  (timer step seen: %llu ns)\n", grain);
 
-        CK(cudaGraphExecDestroy(exec));
-        CK(cudaGraphDestroy(graph));
+        PROBE_CHECK(cudaGraphExecDestroy(exec));
+        PROBE_CHECK(cudaGraphDestroy(graph));
         for (void* ptr : {(void*)k_all, (void*)v_all, (void*)d_table, (void*)d_lens, q, out, (void*)pacc, (void*)pml})
-            CK(cudaFree(ptr));
+            PROBE_CHECK(cudaFree(ptr));
     }
     return 0;
 }
