@@ -3,11 +3,11 @@
 //! Per shape: a random batch (scattered blocks), checked against the f64
 //! reference, then timed with the backend's own clock (a CUDA-graph replay on
 //! GPUs, wall time on the CPU) while cycling over enough distinct copies of
-//! the KV pool that no cache holds them: >= 512 MiB per timed run on a GPU,
-//! like `bench_peers.py`, far more than a 60 MB L2, at least two copies, and
-//! at least 8 calls per graph (a large pool's copies cycled over again). Bytes are counted as the
-//! peers count them (KV + Q + output), against a device-to-device copy
-//! (read + write) measured in the same run.
+//! the KV pool that no cache holds them ([`KvRotation::GPU`]: >= 512 MiB per
+//! timed run on a GPU, like `bench_peers.py`, at least two copies, at least 8
+//! calls per graph). Bytes are counted as the peers count them (KV + Q +
+//! output), against a device-to-device copy (read + write) measured in the
+//! same run.
 //!
 //! `--cold` times each call behind an unrelated one instead of behind its
 //! own previous call (below, `Evictor`): nearer what an engine sees, whose
@@ -22,8 +22,8 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 use decode_attn::synth::{relative_error, HostBatch};
 use decode_attn::{
-    Backend, BackendSpec, DType, DTypes, DecodeAttention, DecodeProblem, DeviceBatch, DeviceBuffer, KvLayout, Plan,
-    Policy,
+    Backend, BackendSpec, DType, DTypes, DecodeAttention, DecodeProblem, DeviceBatch, DeviceBuffer, KvLayout,
+    KvRotation, Plan, Policy,
 };
 use decode_attn_conformance::{tolerance, with_first_sequences};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -34,20 +34,9 @@ use crate::CliResult;
 
 const MIB: usize = 1 << 20;
 const GIB: u64 = 1 << 30;
-/// KV bytes one timed GPU run cycles over (`bench_peers.py`'s L2_FLUSH_BYTES).
-const GPU_ROTATION_BYTES: usize = 512 * MIB;
-/// The most KV copies a run cycles over (`bench_peers.py` caps at 64 too).
-const GPU_MAX_COPIES: usize = 64;
-/// Calls per timed GPU graph at least: a pool of 512 MiB or more is cycled
-/// over several times in one graph (two copies of it, alternating), so the
-/// gap between two graph launches falls on one call in eight, not on every
-/// call. `bench_peers.py` (triton's `do_bench_cudagraph`) puts hundreds of
-/// calls in one graph; an engine captures attention inside its whole
-/// forward pass (docs/PERFORMANCE.md, Method).
-const GPU_MIN_CALLS_PER_GRAPH: usize = 8;
-/// Host caches are smaller, and host memory is shared with the reference.
-const CPU_ROTATION_BYTES: usize = 256 * MIB;
-const CPU_MAX_COPIES: usize = 8;
+/// Host caches are smaller, and host memory is shared with the reference
+/// (on a GPU: [`KvRotation::GPU`]).
+const CPU_ROTATION: KvRotation = KvRotation::host(256 * MIB, 8);
 /// Shapes whose KV exceeds this are skipped, as `bench_peers.py` skips them.
 const MAX_KV_BYTES: u64 = 8 * GIB;
 /// Multiply-adds of the f64 reference per shape; beyond it only the first
@@ -331,17 +320,12 @@ fn bench_shape(
         with_first_sequences(&mut batch, checked, |first| decode_attn::reference::decode_reference(first, scale));
 
     // Copies of the pool to cycle over; copy 0 is the batch's own.
-    let (rotation, max_copies) =
-        if gpu { (GPU_ROTATION_BYTES, GPU_MAX_COPIES) } else { (CPU_ROTATION_BYTES, CPU_MAX_COPIES) };
-    // At least two copies on a GPU, so that a call never follows a call over
-    // the same pool (whose last tiles L2 may still hold).
-    let pool_bytes = batch.k_cache.len() + batch.v_cache.len();
-    let rotation = if gpu { rotation.max(2 * pool_bytes) } else { rotation };
+    let rotation = if gpu { KvRotation::GPU } else { CPU_ROTATION };
     let mut device = DeviceBatch::upload(backend, &batch, workspace_bytes, 0xFF)?;
-    let extra_pools = DeviceBatch::upload_kv_copies(backend, &batch, rotation, max_copies)?;
+    let extra_pools = DeviceBatch::upload_kv_copies(backend, &batch, &rotation)?;
     let copies = extra_pools.len() + 1;
-    let rounds = if gpu { GPU_MIN_CALLS_PER_GRAPH.div_ceil(copies) } else { 1 };
-    let calls = (copies * rounds) as f64;
+    let passes = rotation.passes(copies);
+    let calls = (copies * passes) as f64;
     drop(batch); // the KV pool may be gigabytes: keep only the device copies
     let poison = vec![0xFFu8; device.out.len_bytes()];
     let bytes = problem.kv_bytes() as f64 + (problem.q_bytes() + problem.out_bytes()) as f64;
@@ -361,17 +345,12 @@ fn bench_shape(
             Ok(backend.time_us(work, warmup, reps)?)
         };
         let us = match evictor.as_deref_mut() {
-            None => {
-                time(&mut || (0..rounds).try_for_each(|_| device.decode_over_pools(backend, plan, &extra_pools)))?
-                    / calls
-            }
+            None => time(&mut || device.decode_over_pools(backend, plan, &extra_pools, passes))? / calls,
             Some(evictor) => {
                 let both_us = time(&mut || {
-                    (0..rounds).try_for_each(|_| {
-                        device.decode_over_pools_after(backend, plan, &extra_pools, || evictor.decode(backend))
-                    })
+                    device.decode_over_pools_after(backend, plan, &extra_pools, passes, || evictor.decode(backend))
                 })?;
-                let alone_us = time(&mut || (0..copies * rounds).try_for_each(|_| evictor.decode(backend)))?;
+                let alone_us = time(&mut || (0..copies * passes).try_for_each(|_| evictor.decode(backend)))?;
                 if both_us <= alone_us {
                     return Err(format!(
                         "--cold: {calls} calls behind the evictor took {both_us:.1} us, the evictor alone \

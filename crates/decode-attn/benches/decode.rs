@@ -15,7 +15,8 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use decode_attn::synth::HostBatch;
 use decode_attn::{
-    AttentionShape, Backend, Buffer, DType, DTypes, DecodeAttention, DecodeProblem, DeviceBatch, KvLayout, Policy,
+    AttentionShape, Backend, Buffer, DType, DTypes, DecodeAttention, DecodeProblem, DeviceBatch, KvLayout, KvRotation,
+    Policy,
 };
 
 const MIB: usize = 1 << 20;
@@ -48,15 +49,12 @@ struct Loaded {
     plan: decode_attn::Plan,
     device: DeviceBatch<Buffer>,
     pools: Vec<(Buffer, Buffer)>,
-    /// Passes over every pool per timed graph.
-    rounds: usize,
+    /// Passes over every pool per timed run ([`KvRotation::passes`]).
+    passes: usize,
 }
 
-/// Calls per timed GPU graph at least (`decode-attn bench`'s GPU_MIN_CALLS_PER_GRAPH).
-const GPU_MIN_CALLS_PER_GRAPH: usize = 8;
-
 impl Loaded {
-    fn new(backend: &Backend, shape: &Shape, rotation_bytes: usize) -> decode_attn::Result<Loaded> {
+    fn new(backend: &Backend, shape: &Shape, rotation: &KvRotation) -> decode_attn::Result<Loaded> {
         let problem = DecodeProblem::new(
             AttentionShape::new(shape.heads, shape.kv_heads, 128)?,
             DTypes::uniform(DType::Bf16),
@@ -66,19 +64,16 @@ impl Loaded {
         let plan = backend.plan(&problem, Policy::Auto)?;
         let batch = HostBatch::random(&problem, 1);
         let device = DeviceBatch::upload(backend, &batch, plan.workspace_bytes, 0)?;
-        let gpu = backend.name() != "cpu";
-        let pool_bytes = batch.k_cache.len() + batch.v_cache.len();
-        let rotation_bytes = if gpu { rotation_bytes.max(2 * pool_bytes) } else { rotation_bytes };
-        let pools = DeviceBatch::upload_kv_copies(backend, &batch, rotation_bytes, 64)?;
-        let rounds = if gpu { GPU_MIN_CALLS_PER_GRAPH.div_ceil(pools.len() + 1) } else { 1 };
-        Ok(Loaded { problem, plan, device, pools, rounds })
+        let pools = DeviceBatch::upload_kv_copies(backend, &batch, rotation)?;
+        let passes = rotation.passes(pools.len() + 1);
+        Ok(Loaded { problem, plan, device, pools, passes })
     }
 
-    /// Microseconds per decode call, `reps` replays of `rounds` passes over every copy.
+    /// Microseconds per decode call, `reps` replays of `passes` passes over every copy.
     fn time_us(&mut self, backend: &Backend, reps: usize) -> decode_attn::Result<f64> {
-        let Loaded { plan, device, pools, rounds, .. } = self;
-        let calls = (pools.len() + 1) * *rounds;
-        let mut work = || (0..*rounds).try_for_each(|_| device.decode_over_pools(backend, plan, pools));
+        let Loaded { plan, device, pools, passes, .. } = self;
+        let calls = (pools.len() + 1) * *passes;
+        let mut work = || device.decode_over_pools(backend, plan, pools, *passes);
         Ok(backend.time_us(&mut work, 2, reps)? / calls as f64)
     }
 
@@ -96,13 +91,14 @@ fn decode(c: &mut Criterion) {
         }
     };
     let gpu = backend.name() != "cpu";
-    let (rotation, copy_bytes) = if gpu { (512 * MIB, 1024 * MIB) } else { (64 * MIB, 256 * MIB) };
+    let (rotation, copy_bytes) =
+        if gpu { (KvRotation::GPU, 1024 * MIB) } else { (KvRotation::host(64 * MIB, 64), 256 * MIB) };
     let copy_gbps = backend.copy_bandwidth_gbps(copy_bytes).expect("copy bandwidth");
     println!("# {}: copy {:.2} TB/s (read + write)", backend.describe(), copy_gbps / 1e3);
     let mut group = c.benchmark_group("decode");
     group.sample_size(10).warm_up_time(Duration::from_millis(200)).measurement_time(Duration::from_secs(2));
     for shape in shapes(gpu) {
-        let mut loaded = Loaded::new(&backend, &shape, rotation).expect("upload");
+        let mut loaded = Loaded::new(&backend, &shape, &rotation).expect("upload");
         let us = loaded.time_us(&backend, 20).expect("decode");
         let tbs = loaded.bytes() as f64 / us / 1e6;
         println!(

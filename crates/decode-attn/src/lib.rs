@@ -537,6 +537,44 @@ impl DecodeAttention for Backend {
     }
 }
 
+/// How a timed run cycles over copies of a batch's KV pool so that no cache
+/// holds what a call reads: enough pools (the batch's own included) to hold
+/// `bytes` together, at least `min_copies` and at most `max_copies` of them,
+/// cycled over again until one timed pass makes `min_calls` calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvRotation {
+    pub bytes: usize,
+    pub min_copies: usize,
+    pub max_copies: usize,
+    pub min_calls: usize,
+}
+
+impl KvRotation {
+    /// On a GPU: 512 MiB (`bench_peers.py`'s L2 flush, far more than a 60 MB
+    /// L2), 2 to 64 pools (two, so that a call never follows a call over the
+    /// same pool, whose last tiles L2 may still hold; `bench_peers.py` caps at
+    /// 64 too), and at least 8 calls per graph, so that a large pool's calls
+    /// do not each carry the gap between two graph launches (the peers'
+    /// harness puts hundreds of calls in one graph; an engine captures
+    /// attention inside its whole forward pass).
+    pub const GPU: KvRotation = KvRotation { bytes: 512 << 20, min_copies: 2, max_copies: 64, min_calls: 8 };
+
+    /// A host rotation of `bytes` over at most `max_copies` pools, one pass.
+    pub const fn host(bytes: usize, max_copies: usize) -> KvRotation {
+        KvRotation { bytes, min_copies: 1, max_copies, min_calls: 1 }
+    }
+
+    /// Pools, the batch's own included, for a pool of `pool_bytes` (at least one).
+    pub fn copies(&self, pool_bytes: usize) -> usize {
+        self.bytes.div_ceil(pool_bytes.max(1)).max(self.min_copies).min(self.max_copies).max(1)
+    }
+
+    /// Passes over `copies` pools in one timed run (at least one).
+    pub fn passes(&self, copies: usize) -> usize {
+        self.min_calls.div_ceil(copies.max(1)).max(1)
+    }
+}
+
 /// Device copies of a [`synth::HostBatch`]'s inputs, with an output and a
 /// workspace sized for one plan: what a test or a benchmark hands to `decode`.
 pub struct DeviceBatch<B> {
@@ -614,17 +652,14 @@ impl<B: DeviceBuffer> DeviceBatch<B> {
     }
 
     /// Uploads copies of `batch`'s K and V pools, so that with the batch's own
-    /// there are `ceil(rotation_bytes / pool bytes)` pools (between 1 and
-    /// `max_copies`): a timed run that cycles over all of them reads more KV
-    /// than any cache holds. Returns the extra copies only.
+    /// there are [`KvRotation::copies`] pools: a timed run that cycles over all
+    /// of them reads more KV than any cache holds. Returns the extra copies only.
     pub fn upload_kv_copies<D: DecodeAttention<Buffer = B> + ?Sized>(
         backend: &D,
         batch: &synth::HostBatch,
-        rotation_bytes: usize,
-        max_copies: usize,
+        rotation: &KvRotation,
     ) -> Result<Vec<(B, B)>> {
-        let pool_bytes = batch.k_cache.len() + batch.v_cache.len();
-        let copies = rotation_bytes.div_ceil(pool_bytes.max(1)).clamp(1, max_copies.max(1));
+        let copies = rotation.copies(batch.k_cache.len() + batch.v_cache.len());
         (1..copies)
             .map(|_| {
                 let mut k = backend.alloc(batch.k_cache.len())?;
@@ -636,15 +671,16 @@ impl<B: DeviceBuffer> DeviceBatch<B> {
             .collect()
     }
 
-    /// Runs `plan` once over this batch's own pool, then once over each of
-    /// `pools` (from [`DeviceBatch::upload_kv_copies`]).
+    /// Runs `plan` over this batch's own pool, then over each of `pools`
+    /// (from [`DeviceBatch::upload_kv_copies`]), `passes` times over.
     pub fn decode_over_pools<D: DecodeAttention<Buffer = B> + ?Sized>(
         &mut self,
         backend: &D,
         plan: &Plan,
         pools: &[(B, B)],
+        passes: usize,
     ) -> Result<()> {
-        self.decode_over_pools_after(backend, plan, pools, || Ok(()))
+        self.decode_over_pools_after(backend, plan, pools, passes, || Ok(()))
     }
 
     /// [`decode_over_pools`](Self::decode_over_pools), running `before`
@@ -654,13 +690,16 @@ impl<B: DeviceBuffer> DeviceBatch<B> {
         backend: &D,
         plan: &Plan,
         pools: &[(B, B)],
+        passes: usize,
         mut before: impl FnMut() -> Result<()>,
     ) -> Result<()> {
-        before()?;
-        backend.decode(plan, self.args())?;
-        for (k, v) in pools {
+        for _ in 0..passes {
             before()?;
-            backend.decode(plan, self.args_with_pools(k, v))?;
+            backend.decode(plan, self.args())?;
+            for (k, v) in pools {
+                before()?;
+                backend.decode(plan, self.args_with_pools(k, v))?;
+            }
         }
         Ok(())
     }
@@ -706,6 +745,22 @@ pub fn decode_host_batch<D: DecodeAttention + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kv_rotation_counts_copies_and_passes() {
+        const MIB: usize = 1 << 20;
+        let gpu = KvRotation::GPU;
+        // Small pools: as many copies as 512 MiB needs, capped at 64; one pass.
+        assert_eq!((gpu.copies(4 * MIB), gpu.copies(32 * MIB), gpu.copies(128 * MIB)), (64, 16, 4));
+        assert_eq!((gpu.passes(64), gpu.passes(16), gpu.passes(4)), (1, 1, 2));
+        // 512 MiB and more: two copies, cycled over four times (8 calls).
+        assert_eq!((gpu.copies(512 * MIB), gpu.copies(4096 * MIB)), (2, 2));
+        assert_eq!(gpu.passes(2), 4);
+        // The host's: at least one pool, one pass; empty pools count as one byte.
+        let host = KvRotation::host(256 * MIB, 8);
+        assert_eq!((host.copies(1024 * MIB), host.copies(64 * MIB), host.copies(0)), (1, 4, 8));
+        assert_eq!(host.passes(1), 1);
+    }
 
     #[test]
     fn parses_backend_specs() {
