@@ -265,6 +265,8 @@ int main() {
                    kv_bytes / us / 1e6);
             PROBE_CHECK(cudaGraphExecDestroy(exec));
             PROBE_CHECK(cudaGraphDestroy(graph));
+            PROBE_CHECK(cudaEventDestroy(e0));
+            PROBE_CHECK(cudaEventDestroy(e1));
         }
         PROBE_CHECK(cudaFree(pool));
         PROBE_CHECK(cudaFree(table_d));
