@@ -208,7 +208,9 @@ pub fn cases(sweep: Sweep) -> Vec<Case> {
 ///
 /// The output and the workspace start as NaN (all bits set), so an element a
 /// kernel forgets to write, or a partial row the reducer reads without a
-/// producer having written it, shows up as an infinite relative error.
+/// producer having written it, shows up as an infinite relative error; so
+/// do the pools' slots that hold no token (`poison_unused_slots`), so that a
+/// slot past a sequence's end that reaches the output shows too.
 pub fn run_case<B: DecodeAttention + ?Sized>(backend: &B, case: &Case) -> Result<CaseResult> {
     let plan = match backend.plan(&case.problem, case.policy) {
         Ok(plan) => plan,
@@ -225,7 +227,8 @@ pub fn run_case<B: DecodeAttention + ?Sized>(backend: &B, case: &Case) -> Result
         }
         Err(err) => return Err(err),
     };
-    let batch = HostBatch::random(&case.problem, case.seed);
+    let mut batch = HostBatch::random(&case.problem, case.seed);
+    batch.poison_unused_slots();
     let mut device = DeviceBatch::upload(backend, &batch, plan.workspace_bytes, 0xFF)?;
     backend.decode(&plan, device.args())?;
     let out = device.download_out(backend, case.problem.dtypes.out)?;

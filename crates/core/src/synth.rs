@@ -118,6 +118,28 @@ impl HostBatch {
         HostBatch { problem: problem.clone(), q, k_cache, v_cache, seq_lens, index, num_slots }
     }
 
+    /// Sets every K and V slot that holds no token of any sequence to NaN.
+    /// An engine's free or stale slots may hold anything, and a kernel that
+    /// copies whole tiles also copies the slots past a sequence's end: if any
+    /// of them reaches the output (as 0 * NaN in P V), the output is NaN.
+    pub fn poison_unused_slots(&mut self) {
+        let mut used = vec![false; self.num_slots];
+        for (seq, &len) in self.seq_lens.iter().enumerate() {
+            for t in 0..len.max(0) as usize {
+                if let Some(slot) = self.slot(seq, t) {
+                    used[slot] = true;
+                }
+            }
+        }
+        let shape = self.problem.shape;
+        let nan_row = dtype::encode(self.problem.dtypes.kv, &vec![f32::NAN; shape.num_kv_heads * shape.head_dim]);
+        for (slot, _) in used.iter().enumerate().filter(|(_, &used)| !used) {
+            let at = slot * nan_row.len()..(slot + 1) * nan_row.len();
+            self.k_cache[at.clone()].copy_from_slice(&nan_row);
+            self.v_cache[at].copy_from_slice(&nan_row);
+        }
+    }
+
     /// The slot of token `t` of sequence `seq`, or `None` where the index
     /// (edited by a test, or lengths that outgrew their blocks) points
     /// outside itself or the pool: the kernels' guard cases.
@@ -194,6 +216,37 @@ mod tests {
             }
             assert_eq!(seen.len(), 118);
         }
+    }
+
+    #[test]
+    fn poisoned_batches_keep_every_token_and_nothing_else() {
+        let problem = DecodeProblem::new(
+            AttentionShape::new(4, 2, 64).unwrap(),
+            DTypes::uniform(DType::Bf16),
+            KvLayout::block_table(16),
+            vec![17, 0, 40],
+        )
+        .unwrap();
+        let clean = HostBatch::random(&problem, 9);
+        let mut poisoned = clean.clone();
+        poisoned.poison_unused_slots();
+        let row = 2 * 64 * 2;
+        let mut used = 0;
+        for slot in 0..clean.num_slots {
+            let at = slot * row..(slot + 1) * row;
+            let holds_token =
+                (0..3).any(|seq| (0..problem.seq_lens[seq] as usize).any(|t| clean.slot(seq, t) == Some(slot)));
+            let values = dtype::decode(DType::Bf16, &poisoned.v_cache[at.clone()]);
+            if holds_token {
+                used += 1;
+                assert_eq!(poisoned.k_cache[at.clone()], clean.k_cache[at.clone()], "slot {slot}");
+                assert_eq!(poisoned.v_cache[at.clone()], clean.v_cache[at], "slot {slot}");
+            } else {
+                assert!(values.iter().all(|x| x.is_nan()), "slot {slot} should be NaN");
+            }
+        }
+        assert_eq!(used, 57);
+        assert!(clean.num_slots > used, "the pool has spare slots to poison");
     }
 
     #[test]

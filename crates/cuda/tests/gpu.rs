@@ -446,7 +446,7 @@ fn block_sizes_that_are_not_powers_of_two_run_on_the_tensor_core_kernel_and_matc
 }
 
 /// Decodes `lens` (Llama-3-8B's shape, bf16) once per option set under
-/// `policy`, with the output poisoned first; asserts each result against the
+/// `policy`, with the output and the pools' unused slots poisoned first; asserts each result against the
 /// f64 reference and that every option set's output bytes equal the first's.
 fn outputs_identical_across<O: std::fmt::Debug>(
     options: &[(O, CudaOptions)],
@@ -455,7 +455,8 @@ fn outputs_identical_across<O: std::fmt::Debug>(
     policy: &str,
 ) {
     let p = problem(layout, lens.to_vec());
-    let batch = HostBatch::random(&p, 31);
+    let mut batch = HostBatch::random(&p, 31);
+    batch.poison_unused_slots();
     let reference = decode_reference(&batch, p.shape.default_scale());
     let mut outputs = Vec::new();
     for (what, options) in options {
