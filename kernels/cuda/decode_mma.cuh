@@ -403,8 +403,14 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
 
     // One tile's math: tokens first .. first + 15 from `stage`.
     auto consume = [&](int stage, long long first) {
-        // s[j]: S for heads (gid, gid + 8) x tokens 8j + 2tig + (0, 1).
+        // s[j]: S for heads (gid, gid + 8) x tokens 8j + 2tig + (0, 1). The
+        // k-steps of a chunk's two halves go into two accumulators, added at
+        // the end: four independent chains of K_CHUNKS mma instead of two of
+        // 2 K_CHUNKS, as a warp waits for each mma's result before the next
+        // of its chain issues. (Not at head_dim 256, whose registers are
+        // full: there the second accumulator spilled.)
         float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        float s_odd[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
         for (int c = 0; c < G::K_CHUNKS; ++c) {
             const uint4 q0 = G::WIDE ? *q_chunk(gid, tig + 4 * c) : q_lo[G::WIDE ? 0 : c];
@@ -415,8 +421,14 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
             for (int j = 0; j < 2; ++j) {
                 const uint4 k = k_read(stage, j, c);
                 M::mma(s[j], a_even, k.x, k.y);
-                M::mma(s[j], a_odd, k.z, k.w);
+                M::mma(G::WIDE ? s[j] : s_odd[j], a_odd, k.z, k.w);
             }
+        }
+        if constexpr (!G::WIDE) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) s[j][i] += s_odd[j][i];
         }
         // Log2 units, tokens past the end masked; the tile's max per row.
         float tile_max[2] = {da_neg_inf(), da_neg_inf()};
