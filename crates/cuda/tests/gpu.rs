@@ -446,8 +446,9 @@ fn block_sizes_that_are_not_powers_of_two_run_on_the_tensor_core_kernel_and_matc
 }
 
 /// Decodes `lens` (Llama-3-8B's shape, bf16) once per option set under
-/// `policy`, with the output and the pools' unused slots poisoned first; asserts each result against the
-/// f64 reference and that every option set's output bytes equal the first's.
+/// `policy`, with the output and the pools' unused slots poisoned first;
+/// asserts each result against the f64 reference and that every option
+/// set's output bytes equal the first's.
 fn outputs_identical_across<O: std::fmt::Debug>(
     options: &[(O, CudaOptions)],
     layout: KvLayout,
