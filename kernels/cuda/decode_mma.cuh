@@ -308,11 +308,21 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
                    : 0;
     };
     auto locate = [&](long long first, int raw) {
-        const long long left = end - first;
-        const int rows_live = left <= 0 ? 0 : left >= TILE ? TILE : (int)left;
         Offsets at;
-        at.live = rows_live > 0;
         at.valid = 0;
+        // A dead tile (past the split's end) copies nothing, so its offsets
+        // are not worked out (warp-uniform branch): the loop locates a tile
+        // between its wait and its math, so a warp's last iterations, and
+        // the only one of a warp with one tile, had that arithmetic on the
+        // path to their math.
+        at.live = first < end;
+        if (!at.live) {
+#pragma unroll
+            for (int i = 0; i < G::COPIES; ++i) at.from[i] = 0;
+            return at;
+        }
+        const long long left = end - first;
+        const int rows_live = left >= TILE ? TILE : (int)left;
         if (block_table) {
             // The tile's rows are consecutive slots of one kernel block; rows
             // at or past `rows_ok` fall outside the pool (none for padding).
