@@ -377,6 +377,44 @@ int main() {
                 int sms = 0;
                 for (int v : per_sm) sms += v > 0;
                 printf(" (%d SMs used)\n", sms);
+                // Is the spread systematic? The mean by the grid's split
+                // index (blockIdx.z: which wave a CTA launched in), and by
+                // the order in which the CTAs of one SM entered.
+                const int per_z = grid.x * grid.y;
+                printf("  by split index z:");
+                for (int z = 0; z < (int)grid.z && z < 16; ++z) {
+                    double sum = 0;
+                    int n = 0;
+                    for (int c = z * per_z; c < (z + 1) * per_z; ++c)
+                        if (at(last, 0, c, 4)) sum += ((double)at(last, 0, c, 4) - (double)t0) / 1000.0, ++n;
+                    if (n) printf(" %d: %.1f;", z, sum / n);
+                }
+                std::vector<std::vector<std::pair<unsigned long long, int>>> on_sm(1024);
+                for (int c = 0; c < ctas; ++c)
+                    if (at(last, 0, c, 4) && at(last, 0, c, 7)) on_sm[at(last, 0, c, 7) - 1].push_back({at(last, 0, c, 0), c});
+                std::vector<double> rank_sum(16, 0.0), rank_work(16, 0.0);
+                std::vector<int> rank_n(16, 0);
+                for (auto& v : on_sm) {
+                    std::sort(v.begin(), v.end());
+                    for (size_t r = 0; r < v.size() && r < 16; ++r) {
+                        const int c = v[r].second;
+                        rank_sum[r] += ((double)at(last, 0, c, 4) - (double)at(last, 0, c, 0)) / 1000.0;
+                        rank_n[r]++;
+                    }
+                }
+                printf("\n  by entry order on the SM (mean us from entry to last tile):");
+                for (int r = 0; r < 16; ++r)
+                    if (rank_n[r]) printf(" %d: n=%d %.1f;", r, rank_n[r], rank_sum[r] / rank_n[r]);
+                // How many CTAs still stream at each point of the tail.
+                printf("\n  CTAs streaming at:");
+                const double end = ends.back();
+                for (double back : {200.0, 100.0, 50.0, 25.0, 10.0, 5.0, 2.0}) {
+                    if (back > end) continue;
+                    int n = 0;
+                    for (double e : ends) n += e > end - back;
+                    printf(" end-%g us: %d;", back, n);
+                }
+                printf("\n");
             }
         }
         // The timer's granularity: the smallest nonzero gap between sorted entry stamps.
