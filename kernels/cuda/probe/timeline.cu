@@ -15,7 +15,9 @@
 // and latest time over the CTAs, relative to the decode grid's first entry,
 // and where the previous call ended; then the tail: percentiles of the CTAs'
 // last tile landing, and their mean by how many CTAs of the call ran on the
-// same SM (%smid, recorded at entry).
+// same SM (%smid, recorded at entry), by split index and by the order in
+// which the CTAs of one SM entered; and how many CTAs still stream near the
+// end.
 //
 // TIMELINE_SHAPES="B,kv_heads,group,seq_len,splits[,splits_per_cta];..."
 // replaces the built-in shapes (splits_per_cta 4: one split per warp); TIMELINE_COLD=1 puts before every call the evictor of `decode-attn
@@ -352,17 +354,20 @@ int main() {
         // The tail: when CTAs' last tiles landed (percentiles), and the mean
         // by how many CTAs of this call ran on the CTA's SM.
         {
-            std::vector<double> ends;
-            std::vector<int> per_sm(1024, 0);
+            // When a CTA's last tile landed, in us from the call's first entry.
+            auto landed_us = [&](int c) { return ((double)at(last, 0, c, 4) - (double)t0) / 1000.0; };
+            // Per SM, its CTAs of this call as (entry stamp, CTA), those with both stamps.
+            std::vector<std::vector<std::pair<unsigned long long, int>>> on_sm(1024);
             for (int c = 0; c < ctas; ++c)
-                if (at(last, 0, c, 4) && at(last, 0, c, 7)) per_sm[at(last, 0, c, 7) - 1]++;
+                if (at(last, 0, c, 4) && at(last, 0, c, 7)) on_sm[at(last, 0, c, 7) - 1].push_back({at(last, 0, c, 0), c});
+            std::vector<double> ends;
             std::vector<double> sum_by(16, 0.0);
             std::vector<int> n_by(16, 0);
             for (int c = 0; c < ctas; ++c) {
                 if (!at(last, 0, c, 4) || !at(last, 0, c, 7)) continue;
-                const double e = ((double)at(last, 0, c, 4) - (double)t0) / 1000.0;
+                const double e = landed_us(c);
                 ends.push_back(e);
-                const int k = std::min(15, per_sm[at(last, 0, c, 7) - 1]);
+                const int k = std::min(15, (int)on_sm[at(last, 0, c, 7) - 1].size());
                 sum_by[k] += e;
                 n_by[k]++;
             }
@@ -375,7 +380,7 @@ int main() {
                 for (int k = 1; k < 16; ++k)
                     if (n_by[k]) printf(" %d: n=%d mean %.1f us;", k, n_by[k], sum_by[k] / n_by[k]);
                 int sms = 0;
-                for (int v : per_sm) sms += v > 0;
+                for (const auto& v : on_sm) sms += !v.empty();
                 printf(" (%d SMs used)\n", sms);
                 // Is the spread systematic? The mean by the grid's split
                 // index (blockIdx.z: which wave a CTA launched in), and by
@@ -386,13 +391,10 @@ int main() {
                     double sum = 0;
                     int n = 0;
                     for (int c = z * per_z; c < (z + 1) * per_z; ++c)
-                        if (at(last, 0, c, 4)) sum += ((double)at(last, 0, c, 4) - (double)t0) / 1000.0, ++n;
+                        if (at(last, 0, c, 4)) sum += landed_us(c), ++n;
                     if (n) printf(" %d: %.1f;", z, sum / n);
                 }
-                std::vector<std::vector<std::pair<unsigned long long, int>>> on_sm(1024);
-                for (int c = 0; c < ctas; ++c)
-                    if (at(last, 0, c, 4) && at(last, 0, c, 7)) on_sm[at(last, 0, c, 7) - 1].push_back({at(last, 0, c, 0), c});
-                std::vector<double> rank_sum(16, 0.0), rank_work(16, 0.0);
+                std::vector<double> rank_sum(16, 0.0);
                 std::vector<int> rank_n(16, 0);
                 for (auto& v : on_sm) {
                     std::sort(v.begin(), v.end());
