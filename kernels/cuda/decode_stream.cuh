@@ -468,23 +468,37 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
 // (see the body), so a reduce over hundreds of splits costs a few rounds of
 // loads, not hundreds. Launched programmatically on sm_90 (see
 // da_wait_for_producer), its CTAs are resident before the decode grid ends.
+//
+// Two entry points per type and head dim, by how many rows one split lane
+// loads in the first round (ROWS_PER_LANE): decode_stream_reduce_* 8 (64
+// rows at head_dim 128, 64 registers) and decode_stream_reduce_wide_* 16
+// (128 rows, 128 registers). The host takes the wide one only for plans
+// with more splits than the narrow one's first round holds (lib.rs,
+// `reduce_function`): on the H200 it made Llama-3-70B at TP=8, B = 1, 128
+// splits 6-12% faster (s = 16384: 8.11 -> 7.18 us), but at B = 64 (512
+// reducer CTAs, 8 splits) 10% slower, fewer of its CTAs fitting on an SM
+// (docs/PERFORMANCE.md, version 25).
 #define DECODE_REDUCE_THREADS 256
+#define DECODE_REDUCE_ROWS_PER_LANE 8
+#define DECODE_REDUCE_WIDE_ROWS_PER_LANE 16
 
-template <typename T, int HEAD_DIM>
+template <typename T, int HEAD_DIM, int ROWS_PER_LANE>
 DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     // Thread (split lane, column group): 4 head dims of the rows j = split
     // lane (mod SPLIT_LANES), so a reduce over hundreds of splits keeps
     // SPLIT_LANES * UNROLL rows in flight instead of walking them one by one.
     // After the wait, one round of loads: each lane's first UNROLL rows with
-    // their maxima, and the (m, l) pairs that every warp folds by itself
-    // into M and L with shuffles; so the only barrier is the one before the
-    // split lanes' sums are added. (A version with block-wide max and sum
-    // spent about 1.3 us from the wait to the store at 16-32 splits:
-    // kernels/cuda/probe/timeline.cu.)
+    // their maxima, and the (m, l) pairs of as many rows, which every warp
+    // folds by itself into M and L with shuffles; so the only barrier is the
+    // one before the split lanes' sums are added. (A version with
+    // block-wide max and sum spent about 1.3 us from the wait to the store
+    // at 16-32 splits: kernels/cuda/probe/timeline.cu.)
     constexpr int THREADS = DECODE_REDUCE_THREADS;
     constexpr int ROW_VECS = HEAD_DIM / 4;  // float4 per partial row
     constexpr int SPLIT_LANES = THREADS / ROW_VECS > 0 ? THREADS / ROW_VECS : 1;
-    constexpr int UNROLL = 8;
+    constexpr int UNROLL = ROWS_PER_LANE;
+    constexpr int ML_ROUND = SPLIT_LANES * UNROLL > DA_WARP_SIZE ? SPLIT_LANES * UNROLL : DA_WARP_SIZE;
+    constexpr int ML_PER_LANE = ML_ROUND / DA_WARP_SIZE;  // (m, l) pairs per lane in the first round
     static_assert(HEAD_DIM % 4 == 0, "rows are whole float4");
     __shared__ __align__(16) float lane_sum[SPLIT_LANES][HEAD_DIM];
     DA_STAMP(1, 0);
@@ -522,13 +536,29 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
         first[u] = row ? acc[(long long)j * ROW_VECS + vec] : make_float4(0.f, 0.f, 0.f, 0.f);
         first_m[u] = row ? ml[2 * j] : 0.f;
     }
-    // M and L over all active splits, in every warp.
+    // M and L over all active splits, in every warp: the (m, l) pairs of the
+    // first round are loaded together with the rows above, and only rows
+    // past it (more than ML_ROUND active splits) take a loop of loads. (A
+    // loop over all pairs took one L2 round trip per 32 splits before its
+    // maximum was known, and another for the sums.)
+    float2 pair[ML_PER_LANE];
+#pragma unroll
+    for (int u = 0; u < ML_PER_LANE; ++u) {
+        const int j = lane + u * DA_WARP_SIZE;
+        pair[u] = j < active ? *reinterpret_cast<const float2*>(ml + 2 * j) : make_float2(da_neg_inf(), 0.f);
+    }
     float big_m = da_neg_inf();
-    for (int j = lane; j < active; j += DA_WARP_SIZE) big_m = fmaxf(big_m, ml[2 * j]);
+#pragma unroll
+    for (int u = 0; u < ML_PER_LANE; ++u) big_m = fmaxf(big_m, pair[u].x);
+    for (int j = lane + ML_ROUND; j < active; j += DA_WARP_SIZE) big_m = fmaxf(big_m, ml[2 * j]);
 #pragma unroll
     for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) big_m = fmaxf(big_m, da_shfl_xor(big_m, o));
     float big_l = 0.f;
-    for (int j = lane; j < active; j += DA_WARP_SIZE) big_l = fmaf(ml[2 * j + 1], da_exp2(ml[2 * j] - big_m), big_l);
+#pragma unroll
+    for (int u = 0; u < ML_PER_LANE; ++u)
+        if (lane + u * DA_WARP_SIZE < active) big_l = fmaf(pair[u].y, da_exp2(pair[u].x - big_m), big_l);
+    for (int j = lane + ML_ROUND; j < active; j += DA_WARP_SIZE)
+        big_l = fmaf(ml[2 * j + 1], da_exp2(ml[2 * j] - big_m), big_l);
 #pragma unroll
     for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) big_l += da_shfl_xor(big_l, o);
     DA_STAMP(1, 3);
@@ -578,5 +608,9 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     DA_STREAM_ENTRIES_HEADS(T, TNAME, D, 8, 2)                                                                    \
     extern "C" __global__ void __launch_bounds__(DECODE_REDUCE_THREADS) decode_stream_reduce_##TNAME##_d##D(     \
         const DecodeParams p) {                                                                                   \
-        decode_stream_reduce_body<T, D>(p);                                                                       \
+        decode_stream_reduce_body<T, D, DECODE_REDUCE_ROWS_PER_LANE>(p);                                          \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(DECODE_REDUCE_THREADS) decode_stream_reduce_wide_##TNAME##_d##D( \
+        const DecodeParams p) {                                                                                   \
+        decode_stream_reduce_body<T, D, DECODE_REDUCE_WIDE_ROWS_PER_LANE>(p);                                     \
     }

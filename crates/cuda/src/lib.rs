@@ -496,7 +496,7 @@ impl CudaBackend {
                 let heads_first = self.heads_first((num_seqs, head_ctas, split_ctas), shape.head_dim);
                 Launch {
                     main: mma_function(problem),
-                    reduce: format!("decode_stream_reduce_{suffix}"),
+                    reduce: reduce_function(&suffix, shape.head_dim, num_splits),
                     splits_per_cta: splits_per_cta as i32,
                     grid: if heads_first {
                         (head_ctas, num_seqs, split_ctas)
@@ -516,7 +516,7 @@ impl CudaBackend {
                 Launch {
                     main: format!("decode_stream_{suffix}_h{heads}"),
                     splits_per_cta: 1,
-                    reduce: format!("decode_stream_reduce_{suffix}"),
+                    reduce: reduce_function(&suffix, shape.head_dim, num_splits),
                     grid: (num_seqs, num_kv_heads * shape.group_size().div_ceil(heads) as u32, num_splits),
                     grid_order: GRID_SEQS_FIRST,
                     threads: DECODE_THREADS,
@@ -819,6 +819,26 @@ fn mma_function(problem: &DecodeProblem) -> String {
     }
 }
 
+/// Rows one split lane of the stream reducer loads in its first round of
+/// loads (DECODE_REDUCE_ROWS_PER_LANE in kernels/cuda/decode_stream.cuh);
+/// its wide entry point loads twice as many.
+const REDUCE_ROWS_PER_LANE: usize = 8;
+
+/// The stream reducer's entry point for a plan of `num_splits` splits:
+/// `decode_stream_reduce_wide_*` where the plan has more splits than the
+/// narrow one loads in its first round (64 at head_dim 128), which would
+/// need a second round of dependent loads. Only there: its 128 registers a
+/// thread let fewer of its CTAs share an SM, which made the 512-CTA reduces
+/// of B = 64 10% slower on the H200 (docs/PERFORMANCE.md, version 25).
+fn reduce_function(suffix: &str, head_dim: usize, num_splits: u32) -> String {
+    let split_lanes = (REDUCE_THREADS as usize / (head_dim / 4).max(1)).max(1);
+    if num_splits as usize > split_lanes * REDUCE_ROWS_PER_LANE {
+        format!("decode_stream_reduce_wide_{suffix}")
+    } else {
+        format!("decode_stream_reduce_{suffix}")
+    }
+}
+
 fn dtype_suffix(dtype: DType) -> &'static str {
     match dtype {
         DType::F32 => "f32",
@@ -1044,6 +1064,20 @@ mod tests {
         assert!(mma_applies(&problem(DType::Bf16, 128, KvLayout::token_indices(1)), SM90_SHARED));
         assert!(mma_applies(&problem(DType::Bf16, 128, KvLayout::block_table(48)), SM90_SHARED));
         assert!(!mma_applies(&problem(DType::F32, 128, KvLayout::block_table(16)), SM90_SHARED));
+    }
+
+    #[test]
+    fn plans_with_more_splits_than_the_reducers_first_round_take_the_wide_reducer() {
+        // 256 threads over float4 columns: 8 split lanes at head_dim 128, 16
+        // at 64, 4 at 256; 8 rows each in the narrow reducer's first round.
+        assert_eq!(reduce_function("bf16_d128", 128, 2), "decode_stream_reduce_bf16_d128");
+        assert_eq!(reduce_function("bf16_d128", 128, 64), "decode_stream_reduce_bf16_d128");
+        assert_eq!(reduce_function("bf16_d128", 128, 65), "decode_stream_reduce_wide_bf16_d128");
+        assert_eq!(reduce_function("bf16_d128", 128, 128), "decode_stream_reduce_wide_bf16_d128");
+        assert_eq!(reduce_function("f16_d64", 64, 128), "decode_stream_reduce_f16_d64");
+        assert_eq!(reduce_function("f16_d64", 64, 129), "decode_stream_reduce_wide_f16_d64");
+        assert_eq!(reduce_function("f32_d256", 256, 32), "decode_stream_reduce_f32_d256");
+        assert_eq!(reduce_function("f32_d256", 256, 33), "decode_stream_reduce_wide_f32_d256");
     }
 
     #[test]

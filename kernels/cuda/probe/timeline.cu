@@ -114,7 +114,11 @@ int main() {
     }
     constexpr int D = 128;
     auto kernel = decode_mma_bf16_d128;
-    auto reducer = decode_stream_reduce_bf16_d128;
+    // As lib.rs `reduce_function`: the wide reducer past the narrow one's first round.
+    auto reducer_for = [](int num_splits) {
+        constexpr int narrow_rows = DECODE_REDUCE_THREADS / (D / 4) * DECODE_REDUCE_ROWS_PER_LANE;
+        return num_splits > narrow_rows ? decode_stream_reduce_wide_bf16_d128 : decode_stream_reduce_bf16_d128;
+    };
     PROBE_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DECODE_MMA_RING_BYTES));
     unsigned long long* timeline;
     const size_t timeline_words = (size_t)MAX_CALLS * 2 * MAX_CTAS * EVENTS;
@@ -266,7 +270,7 @@ int main() {
                 rc.stream = stream;
                 rc.attrs = attr;
                 rc.numAttrs = 1;
-                PROBE_CHECK(cudaLaunchKernelEx(&rc, reducer, p));
+                PROBE_CHECK(cudaLaunchKernelEx(&rc, reducer_for(s.num_splits), p));
             }
         };
         cudaGraph_t graph;

@@ -61,6 +61,7 @@ struct __attribute__((aligned(8))) float2 {
 };
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+inline float2 make_float2(float a, float b) { return float2{a, b}; }
 
 inline float __uint_as_float(unsigned u) {
     float f;

@@ -86,12 +86,12 @@ static KernPair kernels[] = {KP_ALL(f32, F32), KP_ALL(f16, F16), KP_ALL(bf16, BF
 struct StreamKerns {
     int dt, d;
     Kern heads[4];  // HEADS = 1, 2, 4, 8
-    Kern reduce;
+    Kern reduce, reduce_wide;
 };
 #define SK(TN, DTV, D)                                                                                     \
     {DTV, D, {decode_stream_##TN##_d##D##_h1, decode_stream_##TN##_d##D##_h2, decode_stream_##TN##_d##D##_h4, \
               decode_stream_##TN##_d##D##_h8},                                                            \
-     decode_stream_reduce_##TN##_d##D}
+     decode_stream_reduce_##TN##_d##D, decode_stream_reduce_wide_##TN##_d##D}
 #define SK_ALL(TN, DTV) \
     SK(TN, DTV, 64), SK(TN, DTV, 80), SK(TN, DTV, 96), SK(TN, DTV, 112), SK(TN, DTV, 120), SK(TN, DTV, 128), \
         SK(TN, DTV, 192), SK(TN, DTV, 256)
@@ -121,6 +121,14 @@ static bool has_mma_kernel(int dt, int d) {
 // As lib.rs mma_function: the anyblock entry for block sizes that are not
 // powers of two, unless `pow2_entry` (a test that it rejects them).
 static bool pow2_entry = false;
+// As lib.rs reduce_function: the wide reducer where the narrow one's first
+// round of loads holds fewer rows than the plan has splits; `wide` as the
+// last argument takes it for every split case.
+static bool force_wide_reduce = false;
+static Kern reducer(const StreamKerns& sk, int d, int num_splits) {
+    const int narrow_rows = DECODE_REDUCE_THREADS / (d / 4) * DECODE_REDUCE_ROWS_PER_LANE;
+    return force_wide_reduce || num_splits > narrow_rows ? sk.reduce_wide : sk.reduce;
+}
 // Tensor-core grids launched heads first (DECODE_GRID_HEADS_FIRST): `mma heads`.
 static bool heads_first = false;
 // The tensor-core kernel with one split per warp (DecodeParams::splits_per_cta = WARPS) in split calls.
@@ -325,7 +333,7 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
         DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d, P.c.layout, P.c.bs),
                       heads_first ? dim3(head_ctas, P.B, split_ctas) : dim3(P.B, head_ctas, split_ctas),
                       DECODE_THREADS, P.c.d > 128 ? MmaGeometry<256>::SMEM_BYTES : MmaGeometry<128>::SMEM_BYTES, s, q);
-        if (P.c.num_splits > 1) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_REDUCE_THREADS, s, p);
+        if (P.c.num_splits > 1) DA_LAUNCH(reducer(sk, P.c.d, P.c.num_splits), dim3(P.B, P.hq), DECODE_REDUCE_THREADS, s, p);
         return;
     }
     if (kernel == STREAM) {
@@ -335,7 +343,7 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
         const int head_groups = (P.c.g + heads - 1) / heads;
         DA_LAUNCH_DYN(sk.heads[slot], dim3(P.B, P.c.hkv * head_groups, P.c.num_splits), DECODE_THREADS,
                       DECODE_STREAM_RING_BYTES, s, p);
-        if (P.c.num_splits > 1) DA_LAUNCH(sk.reduce, dim3(P.B, P.hq), DECODE_REDUCE_THREADS, s, p);
+        if (P.c.num_splits > 1) DA_LAUNCH(reducer(sk, P.c.d, P.c.num_splits), dim3(P.B, P.hq), DECODE_REDUCE_THREADS, s, p);
         return;
     }
     KernPair kp = find_kernels(P.c.dt, P.c.d);
@@ -605,6 +613,7 @@ static double time_case(const Case& c, int reps, double* gbps) {
 
 int main(int argc, char** argv) {
     bool quick = argc > 1 && std::string(argv[1]) == "quick";
+    force_wide_reduce = argc > 1 && std::string(argv[argc - 1]) == "wide";
     if (argc > 1 && std::string(argv[1]) == "mma") {
         quick = true;
         kernel_filter = 1 << MMA;
@@ -649,8 +658,11 @@ int main(int argc, char** argv) {
     check_case({BF16, 64, 1, 4, 0, 16, {17}, 3, 1, {}}, "desk-check case g=4 d=64 s=17 splits=3");
     check_case({F16, 128, 2, 6, 1, 16, {40000, 3}, 64, 1, {}}, "long, 64 splits", 1 << STAGED);
     check_case({F16, 128, 2, 6, 1, 16, {8000, 3}, 64, 1, {}}, "long, 64 splits", 1 << STREAM | 1 << MMA);
-    // More active splits than the reducer's split lanes load up front (d 64: 16 lanes x 8).
-    check_case({BF16, 64, 1, 4, 0, 16, {3000, 5}, 300, 1, {}}, "188 active splits", 1 << STREAM | 1 << MMA);
+    // More active splits than the reducer loads in its first round (d 64:
+    // 16 split lanes x 16 rows, d 128: 8 x 16; the (m, l) pairs likewise).
+    check_case({BF16, 64, 1, 4, 0, 16, {9600, 5}, 300, 1, {}}, "300 active splits", 1 << STREAM | 1 << MMA);
+    check_case({BF16, 128, 1, 4, 0, 16, {6000, 5}, 300, 1, {}}, "188 active splits", 1 << STREAM | 1 << MMA);
+    check_case({BF16, 128, 1, 8, 0, 16, {2048, 5}, 128, 1, {}}, "128 active splits", 1 << MMA);
     check_case({F32, 256, 1, 2, 1, 16, {1000, 40}, 80, 1, {}}, "d256, 63 active splits", 1 << STREAM);
     check_case({F32, 96, 2, 5, 0, 32, {0, 0, 0}, 5, 1, {}}, "all empty, split");
     check_case({F32, 96, 2, 5, 0, 32, {0, 0, 0}, 1, 1, {}}, "all empty, unsplit");
