@@ -497,8 +497,12 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     constexpr int ROW_VECS = HEAD_DIM / 4;  // float4 per partial row
     constexpr int SPLIT_LANES = THREADS / ROW_VECS > 0 ? THREADS / ROW_VECS : 1;
     constexpr int UNROLL = ROWS_PER_LANE;
-    constexpr int ML_ROUND = SPLIT_LANES * UNROLL > DA_WARP_SIZE ? SPLIT_LANES * UNROLL : DA_WARP_SIZE;
-    constexpr int ML_PER_LANE = ML_ROUND / DA_WARP_SIZE;  // (m, l) pairs per lane in the first round
+    // (m, l) pairs per lane in the first round: as many rows as the split
+    // lanes load, up to 4 pairs (128 rows). More (the wide reducer below
+    // head_dim 128) spilled on sm_80; pairs past them take the loops below.
+    constexpr int ROW_ROUND_PAIRS = SPLIT_LANES * UNROLL / DA_WARP_SIZE;
+    constexpr int ML_PER_LANE = ROW_ROUND_PAIRS < 1 ? 1 : ROW_ROUND_PAIRS > 4 ? 4 : ROW_ROUND_PAIRS;
+    constexpr int ML_ROUND = ML_PER_LANE * DA_WARP_SIZE;
     static_assert(HEAD_DIM % 4 == 0, "rows are whole float4");
     __shared__ __align__(16) float lane_sum[SPLIT_LANES][HEAD_DIM];
     DA_STAMP(1, 0);
