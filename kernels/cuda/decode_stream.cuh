@@ -541,10 +541,11 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
         first_m[u] = row ? ml[2 * j] : 0.f;
     }
     // M and L over all active splits, in every warp: the (m, l) pairs of the
-    // first round are loaded together with the rows above, and only rows
-    // past it (more than ML_ROUND active splits) take a loop of loads. (A
-    // loop over all pairs took one L2 round trip per 32 splits before its
-    // maximum was known, and another for the sums.)
+    // first round are loaded together with the rows above, and only pairs
+    // past it (more than ML_ROUND active splits) take a loop of loads.
+    // (Loops over every pair, 32 splits a step, were part of what version 25
+    // removed: 70B at TP=8 B = 1 s = 4096, 64 splits, 5.59 -> 5.40 us;
+    // docs/PERFORMANCE.md.)
     float2 pair[ML_PER_LANE];
 #pragma unroll
     for (int u = 0; u < ML_PER_LANE; ++u) {
