@@ -482,20 +482,32 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
 #define DECODE_REDUCE_ROWS_PER_LANE 8
 #define DECODE_REDUCE_WIDE_ROWS_PER_LANE 16
 
+// The reducer's split lanes at a head dim (its 256 threads over the float4
+// columns of a row), and the rows the narrow entry point loads in its first
+// round: plans with more splits take the wide one (lib.rs `reduce_function`
+// mirrors this on the host; the emulator's tests and the timeline probe
+// call it).
+__host__ __device__ constexpr int decode_reduce_split_lanes(int head_dim) {
+    return DECODE_REDUCE_THREADS / (head_dim / 4) > 0 ? DECODE_REDUCE_THREADS / (head_dim / 4) : 1;
+}
+__host__ __device__ constexpr int decode_reduce_narrow_rows(int head_dim) {
+    return decode_reduce_split_lanes(head_dim) * DECODE_REDUCE_ROWS_PER_LANE;
+}
+
 template <typename T, int HEAD_DIM, int ROWS_PER_LANE>
 DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     // Thread (split lane, column group): 4 head dims of the rows j = split
     // lane (mod SPLIT_LANES), so a reduce over hundreds of splits keeps
     // SPLIT_LANES * UNROLL rows in flight instead of walking them one by one.
     // After the wait, one round of loads: each lane's first UNROLL rows with
-    // their maxima, and the (m, l) pairs of as many rows, which every warp
+    // their maxima, and the (m, l) pairs of as many rows (up to 128), which every warp
     // folds by itself into M and L with shuffles; so the only barrier is the
     // one before the split lanes' sums are added. (A version with
     // block-wide max and sum spent about 1.3 us from the wait to the store
     // at 16-32 splits: kernels/cuda/probe/timeline.cu.)
     constexpr int THREADS = DECODE_REDUCE_THREADS;
     constexpr int ROW_VECS = HEAD_DIM / 4;  // float4 per partial row
-    constexpr int SPLIT_LANES = THREADS / ROW_VECS > 0 ? THREADS / ROW_VECS : 1;
+    constexpr int SPLIT_LANES = decode_reduce_split_lanes(HEAD_DIM);
     constexpr int UNROLL = ROWS_PER_LANE;
     // (m, l) pairs per lane in the first round: as many rows as the split
     // lanes load, up to 4 pairs (128 rows). More (the wide reducer below

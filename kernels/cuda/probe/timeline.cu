@@ -116,8 +116,7 @@ int main() {
     auto kernel = decode_mma_bf16_d128;
     // As lib.rs `reduce_function`: the wide reducer past the narrow one's first round.
     auto reducer_for = [](int num_splits) {
-        constexpr int narrow_rows = DECODE_REDUCE_THREADS / (D / 4) * DECODE_REDUCE_ROWS_PER_LANE;
-        return num_splits > narrow_rows ? decode_stream_reduce_wide_bf16_d128 : decode_stream_reduce_bf16_d128;
+        return num_splits > decode_reduce_narrow_rows(D) ? decode_stream_reduce_wide_bf16_d128 : decode_stream_reduce_bf16_d128;
     };
     PROBE_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DECODE_MMA_RING_BYTES));
     unsigned long long* timeline;

@@ -126,8 +126,7 @@ static bool pow2_entry = false;
 // last argument takes it for every split case.
 static bool force_wide_reduce = false;
 static Kern reducer(const StreamKerns& sk, int d, int num_splits) {
-    const int narrow_rows = DECODE_REDUCE_THREADS / (d / 4) * DECODE_REDUCE_ROWS_PER_LANE;
-    return force_wide_reduce || num_splits > narrow_rows ? sk.reduce_wide : sk.reduce;
+    return force_wide_reduce || num_splits > decode_reduce_narrow_rows(d) ? sk.reduce_wide : sk.reduce;
 }
 // Tensor-core grids launched heads first (DECODE_GRID_HEADS_FIRST): `mma heads`.
 static bool heads_first = false;
@@ -658,8 +657,9 @@ int main(int argc, char** argv) {
     check_case({BF16, 64, 1, 4, 0, 16, {17}, 3, 1, {}}, "desk-check case g=4 d=64 s=17 splits=3");
     check_case({F16, 128, 2, 6, 1, 16, {40000, 3}, 64, 1, {}}, "long, 64 splits", 1 << STAGED);
     check_case({F16, 128, 2, 6, 1, 16, {8000, 3}, 64, 1, {}}, "long, 64 splits", 1 << STREAM | 1 << MMA);
-    // More active splits than the reducer loads in its first round (d 64:
-    // 16 split lanes x 16 rows, d 128: 8 x 16; the (m, l) pairs likewise).
+    // More active splits than the narrow reducer loads in its first round
+    // (d 64: 16 split lanes x 8 rows, d 128: 8 x 8), so the wide one; 300 at
+    // d 64 also more than its first round (16 x 16 rows, pairs up to 128).
     check_case({BF16, 64, 1, 4, 0, 16, {9600, 5}, 300, 1, {}}, "300 active splits", 1 << STREAM | 1 << MMA);
     check_case({BF16, 128, 1, 4, 0, 16, {6000, 5}, 300, 1, {}}, "188 active splits", 1 << STREAM | 1 << MMA);
     check_case({BF16, 128, 1, 8, 0, 16, {2048, 5}, 128, 1, {}}, "128 active splits", 1 << MMA);
