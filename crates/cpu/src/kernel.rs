@@ -688,6 +688,56 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_multi_head_item_gives_each_head_what_it_alone_gives() {
+        // 4 KV heads of d 128, group 2, bf16, 16-token blocks in a shuffled
+        // order; 300 tokens: several 64-token chunks and a partial last tile.
+        let (kv_heads, g, d, len, block) = (4usize, 2usize, 128usize, 300usize, 16usize);
+        let slot_elems = kv_heads * d;
+        let blocks = len.div_ceil(block);
+        let row: Vec<i32> = (0..blocks as i32).map(|i| (i * 7 + 3) % blocks as i32).collect();
+        let pool_slots = blocks * block;
+        let bytes = |seed: f32| -> Vec<u8> {
+            (0..pool_slots * slot_elems)
+                .flat_map(|i| half::bf16::from_f32(((i as f32) * seed).sin()).to_le_bytes())
+                .collect()
+        };
+        let (k, v) = (bytes(0.731), bytes(0.277));
+        let q: Vec<f32> = (0..kv_heads * g * d).map(|i| ((i as f32) * 0.013).cos() * 0.2).collect();
+        let work = Work {
+            k: &k,
+            v: &v,
+            slot_elems,
+            kv_head: 0,
+            kv_heads,
+            head_dim: d,
+            slots: Slots::Blocks { row: &row, block_size: block },
+            start: 0,
+            end: len,
+            q: &q,
+        };
+        let mut isas = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        if !matches!(Isa::detect(), Isa::Portable) {
+            isas.push(Isa::detect().at_most_avx2());
+        }
+        for isa in isas {
+            let mut together = State::new(kv_heads * g, d);
+            attend(isa, Elt::Bf16, &work, &mut together, &mut Scratch::new(g, d));
+            for i in 0..kv_heads {
+                let mut alone = State::new(g, d);
+                let q_i = &q[i * g * d..(i + 1) * g * d];
+                attend_one_head(isa, Elt::Bf16, &work.one_head(i, q_i), &mut alone, &mut Scratch::new(g, d));
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                let name = isa.name();
+                assert_eq!(bits(&together.m[i * g..(i + 1) * g]), bits(&alone.m), "{name} head {i} m");
+                assert_eq!(bits(&together.l[i * g..(i + 1) * g]), bits(&alone.l), "{name} head {i} l");
+                assert_eq!(bits(&together.acc[i * g * d..(i + 1) * g * d]), bits(&alone.acc), "{name} head {i} acc");
+                assert!(alone.l.iter().all(|&l| l > 0.0), "{name} head {i}: no tokens summed");
+            }
+        }
+    }
+
+    #[test]
     fn f16_conversion_is_exact_for_every_bit_pattern() {
         for bits in 0..=u16::MAX {
             let ours = f16_bits_to_f32(bits);
