@@ -1,272 +1,424 @@
 //! The hot loop in AVX2 + FMA + F16C intrinsics (x86-64 only), selected at
-//! run time by [`crate::kernel::Isa::detect`]. Same arithmetic as the generic
-//! loop in `kernel.rs`, which it falls back to for head dims that are not a
-//! multiple of 8 (none of the supported ones).
+//! run time by [`crate::kernel::Isa::detect`] for head dims that are a
+//! multiple of 8 (every supported one). The design of `avx512.rs` at half the
+//! width, with 16 registers:
 //!
-//! Per full or partial tile of 16 tokens: decode the K rows to f32; for each
-//! query head, 8 rows at a time, 8 running dot products whose horizontal sums
-//! land in one vector of 8 scores; online softmax on the 16 scores (invalid
-//! rows of a partial tile masked to -inf, their weights to 0); decode the V
-//! rows; accumulate 64 output columns at a time in eight registers over the
-//! tile's rows.
+//! * K rows read straight from the cache: for a group of up to four query
+//!   heads, each 8-element chunk of a row is decoded once into a register and
+//!   used by every head of the group (up to 8 running dot products), then
+//!   reduced into a vector of 8 scores;
+//! * the online softmax on the tile's 16 scores per head, rows past a partial
+//!   tile's end masked out;
+//! * V rows read straight from the cache, each 8-element chunk decoded once
+//!   into a register and accumulated into up to four heads at a time, 16
+//!   columns per head held in registers over the tile's rows (64 for one head).
 //!
-//! Every pointer read or written here comes from a slice whose length is
-//! checked first (see each `SAFETY` comment); the only other requirement of
-//! the `unsafe` functions is that the CPU has AVX2, FMA and F16C.
+//! Tile by tile, every KV head of the work item is served in turn, so the item
+//! walks its slots' rows of all its heads (one contiguous run per slot) rather
+//! than one head's rows at a stride of a whole slot; the rows of the tile
+//! [`PREFETCH_TILES`] ahead are asked for a cache line at a time from inside
+//! the arithmetic, so that memory and compute overlap.
+//!
+//! Every pointer read or written comes from a slice whose length is checked
+//! first (see each `SAFETY` comment); the only other requirement of the
+//! `unsafe` functions is that the CPU has AVX2, FMA and F16C.
 
 use std::arch::x86_64::*;
 
-use crate::kernel::{self, Elt, Fused, Scratch, State, Work, TILE};
+use crate::kernel::{self, Elt, Fused, Scratch, State, TilePrefetch, Work, TILE};
 
-/// Runs one work item (see `kernel::attend`).
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) {
-    let d = work.head_dim;
-    let g = state.m.len();
-    let shapes_fit = d.is_multiple_of(8)
-        && d > 0
-        && work.q.len() == g * d
-        && state.acc.len() == g * d
-        && state.l.len() == g
-        && scratch.k.len() == TILE * d
-        && scratch.v.len() == TILE * d
-        && scratch.s.len() == g * TILE;
-    if !shapes_fit {
-        match kv {
-            Elt::F32 => kernel::attend_generic::<kernel::F32, Fused>(work, state, scratch),
-            Elt::F16 => kernel::attend_generic::<kernel::F16, Fused>(work, state, scratch),
-            Elt::Bf16 => kernel::attend_generic::<kernel::Bf16, Fused>(work, state, scratch),
-        }
-        return;
-    }
-    let row_bytes = d * kv.size();
-    let head_offset = work.kv_head * d;
-    let mut slots = [0usize; TILE];
-    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for ahead in 0..PREFETCH_TILES {
-        let mut ahead_slots = [0usize; TILE];
-        let ahead_slots = tile_slots(work, work.start + ahead * TILE, &mut ahead_slots);
-        prefetch_rows(kv, work, work.k, ahead_slots);
-        prefetch_rows(kv, work, work.v, ahead_slots);
-    }
-    let mut pf_slots = [0usize; TILE];
-    let mut t0 = work.start;
-    while t0 < work.end {
-        let n = TILE.min(work.end - t0);
-        let next = t0 + n;
-        // The rows of the tile PREFETCH_TILES ahead are asked for a share
-        // per head, so that the misses spread over this tile's arithmetic.
-        let pf_slots = tile_slots(work, t0 + PREFETCH_TILES * TILE, &mut pf_slots);
-        let pf_share = |h: usize| &pf_slots[h * pf_slots.len() / g..(h + 1) * pf_slots.len() / g];
-        let slots = &mut slots[..n];
-        work.slots.fill(t0, slots);
-
-        // K goes chunk-major, `[d / 8][TILE][8]`: the 8-float chunks of one
-        // column block of all rows are adjacent, so `scores8` walks one pointer.
-        for (r, &slot) in slots.iter().enumerate() {
-            let offset = (slot * work.slot_elems + head_offset) * kv.size();
-            decode_row(kv, &work.k[offset..offset + row_bytes], &mut scratch.k[r * 8..], TILE * 8);
-        }
-        // Lanes of rows past the tile's end (a sequence's last, partial tile).
-        let valid_lo = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lane));
-        let valid_hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32 - 8), lane));
-        let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
-        for h in 0..g {
-            prefetch_rows(kv, work, work.k, pf_share(h));
-            let qh = &work.q[h * d..(h + 1) * d];
-            let s_lo = _mm256_blendv_ps(neg_inf, scores8(qh, &scratch.k, 0, d), valid_lo);
-            let s_hi = if n > 8 { _mm256_blendv_ps(neg_inf, scores8(qh, &scratch.k, 8, d), valid_hi) } else { neg_inf };
-            let tile_max = hmax(_mm256_max_ps(s_lo, s_hi));
-            let m_old = state.m[h];
-            let m_new = m_old.max(tile_max);
-            if m_new > m_old {
-                let acc = &mut state.acc[h * d..(h + 1) * d];
-                if m_old == f32::NEG_INFINITY {
-                    state.l[h] = 0.0;
-                    acc.fill(0.0);
-                } else {
-                    let alpha = kernel::exp2_nonpositive::<Fused>(m_old - m_new);
-                    state.l[h] *= alpha;
-                    scale(acc, alpha);
-                }
-                state.m[h] = m_new;
-            }
-            let m = _mm256_set1_ps(m_new);
-            let p_lo = _mm256_and_ps(exp2(_mm256_sub_ps(s_lo, m)), valid_lo);
-            let p_hi = _mm256_and_ps(exp2(_mm256_sub_ps(s_hi, m)), valid_hi);
-            state.l[h] += hsum(_mm256_add_ps(p_lo, p_hi));
-            let p = &mut scratch.s[h * TILE..(h + 1) * TILE];
-            // SAFETY: `p` holds TILE = 16 floats: two stores of 8.
-            _mm256_storeu_ps(p.as_mut_ptr(), p_lo);
-            _mm256_storeu_ps(p.as_mut_ptr().add(8), p_hi);
-        }
-
-        for (&slot, vrow) in slots.iter().zip(scratch.v.chunks_exact_mut(d)) {
-            let offset = (slot * work.slot_elems + head_offset) * kv.size();
-            decode_row(kv, &work.v[offset..offset + row_bytes], vrow, 8);
-        }
-        for h in 0..g {
-            prefetch_rows(kv, work, work.v, pf_share(h));
-            let p = &scratch.s[h * TILE..h * TILE + n];
-            accumulate(&mut state.acc[h * d..(h + 1) * d], p, &scratch.v[..n * d], d);
-        }
-        t0 = next;
-    }
+/// Head dims this path takes: a positive multiple of 8.
+pub(crate) fn fits(head_dim: usize) -> bool {
+    head_dim > 0 && head_dim.is_multiple_of(8)
 }
 
 /// How many tiles ahead of the one being computed K and V rows are prefetched.
 const PREFETCH_TILES: usize = 2;
 
-/// The slots of the tile starting at token `t0`: empty past the range's end.
-#[inline(always)]
-fn tile_slots<'s>(work: &Work<'_>, t0: usize, slots: &'s mut [usize; TILE]) -> &'s [usize] {
-    if t0 >= work.end {
-        return &slots[..0];
-    }
-    let slots = &mut slots[..TILE.min(work.end - t0)];
-    work.slots.fill(t0, slots);
-    slots
-}
-
-/// Asks for this work item's rows of `cache` at `slots`: a block is anywhere
-/// in the pool, where no hardware prefetcher looks.
-#[inline(always)]
-fn prefetch_rows(kv: Elt, work: &Work<'_>, cache: &[u8], slots: &[usize]) {
-    let row_bytes = work.head_dim * kv.size();
-    for &slot in slots {
-        let offset = (slot * work.slot_elems + work.kv_head * work.head_dim) * kv.size();
-        kernel::prefetch(cache, offset, row_bytes);
+/// Rows scored per pass by a group of `heads` query heads: `heads * rows`
+/// running dot products, plus `heads` query chunks and one K chunk, fit the
+/// 16 registers.
+const fn score_rows(heads: usize) -> usize {
+    match heads {
+        1 => 8,
+        2 => 4,
+        _ => 2,
     }
 }
 
-/// Decodes one row of `src.len() / size` elements (a multiple of 8) from
-/// `src`, chunk `c` of 8 going to `dst[c * stride..c * stride + 8]`.
+/// Accumulator registers (8 columns each) per head of a group of `heads`
+/// heads over V: `heads * regs` accumulators, plus `heads` weights and the V
+/// chunks, fit the 16 registers.
+const fn acc_regs(heads: usize) -> usize {
+    match heads {
+        1 => 8,
+        2 => 4,
+        _ => 2,
+    }
+}
+
+/// Calls of `TilePrefetch::step` one tile of one KV head makes (`g` query
+/// heads, head dim `d`), so that a future tile's lines spread evenly over them.
+fn prefetch_steps(g: usize, d: usize) -> usize {
+    (0..g)
+        .step_by(4)
+        .map(|h| {
+            let heads = (g - h).min(4);
+            let width = 8 * acc_regs(heads);
+            let blocks = d / width + (d % width) / 8;
+            TILE / score_rows(heads) * (d / 8) + blocks * (TILE / 4)
+        })
+        .sum()
+}
+
+/// Runs one work item (see `kernel::attend`) and returns true; returns false,
+/// touching nothing, where the shapes do not fit (a head dim that is not a
+/// multiple of 8, lengths that disagree).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) -> bool {
+    let d = work.head_dim;
+    let heads = work.kv_heads;
+    let g = state.m.len().checked_div(heads).unwrap_or(0);
+    let shapes_fit = fits(d)
+        && heads > 0
+        && g > 0
+        && state.m.len() == heads * g
+        && work.q.len() == heads * g * d
+        && state.acc.len() == heads * g * d
+        && state.l.len() == heads * g
+        && scratch.s.len() >= g * TILE;
+    if !shapes_fit {
+        return false;
+    }
+    let row_bytes = d * kv.size();
+    let steps = heads * prefetch_steps(g, d);
+    let mut slots = [0usize; TILE];
+    for ahead in 0..PREFETCH_TILES {
+        TilePrefetch::new(work, kv.size(), work.start + ahead * TILE, 1).finish();
+    }
+    let mut t0 = work.start;
+    while t0 < work.end {
+        let n = TILE.min(work.end - t0);
+        let mut pf = TilePrefetch::new(work, kv.size(), t0 + PREFETCH_TILES * TILE, steps);
+        let slots = &mut slots[..n];
+        work.slots.fill(t0, slots);
+        for kh in 0..heads {
+            let head_offset = (work.kv_head + kh) * d;
+            // The tile's K and V rows of this KV head, straight from the
+            // cache. Rows past a partial tile's end repeat row 0: computed,
+            // then masked out.
+            let mut k_rows: [&[u8]; TILE] = [&[]; TILE];
+            let mut v_rows: [&[u8]; TILE] = [&[]; TILE];
+            for (r, &slot) in slots.iter().enumerate() {
+                let offset = (slot * work.slot_elems + head_offset) * kv.size();
+                k_rows[r] = &work.k[offset..offset + row_bytes];
+                v_rows[r] = &work.v[offset..offset + row_bytes];
+            }
+            for r in n..TILE {
+                k_rows[r] = k_rows[0];
+            }
+            let q = &work.q[kh * g * d..(kh + 1) * g * d];
+            let m = &mut state.m[kh * g..(kh + 1) * g];
+            let l = &mut state.l[kh * g..(kh + 1) * g];
+            let acc = &mut state.acc[kh * g * d..(kh + 1) * g * d];
+            tile(kv, q, m, l, acc, &mut scratch.s[..g * TILE], &k_rows, &v_rows[..n], d, &mut pf);
+        }
+        pf.finish();
+        t0 += n;
+    }
+    true
+}
+
+/// One tile of one KV head: the scores of its `g` query heads (`q`, `[g,
+/// d]`) against the tile's K rows, the online-softmax update of `m`, `l` and
+/// `acc` (`[g, d]`), and the V rows accumulated. `v_rows` holds the tile's
+/// valid rows; `k_rows` past them repeat a valid row (masked out).
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn decode_row(kv: Elt, src: &[u8], dst: &mut [f32], stride: usize) {
-    let chunks = src.len() / (8 * kv.size());
-    if stride < 8 || dst.len() < (chunks.max(1) - 1) * stride + 8 {
+unsafe fn tile(
+    kv: Elt,
+    q: &[f32],
+    m: &mut [f32],
+    l: &mut [f32],
+    acc: &mut [f32],
+    s: &mut [f32],
+    k_rows: &[&[u8]; TILE],
+    v_rows: &[&[u8]],
+    d: usize,
+    pf: &mut TilePrefetch<'_>,
+) {
+    let g = m.len();
+    let n = v_rows.len();
+    if l.len() != g || q.len() != g * d || acc.len() != g * d || s.len() != g * TILE || n == 0 || n > TILE {
         return;
     }
-    let dst = dst.as_mut_ptr();
-    // SAFETY (every store below): chunk `c < chunks` goes to
-    // `dst[c * stride..c * stride + 8]`, inside `dst` by the check above;
-    // each load reads one `chunks_exact` piece of `src`, unaligned.
-    match kv {
-        Elt::F32 => {
-            for (c, s) in src.chunks_exact(32).enumerate() {
-                _mm256_storeu_ps(dst.add(c * stride), _mm256_loadu_ps(s.as_ptr() as *const f32));
+    // Scores of up to four heads at a time: each 8-element K chunk is decoded
+    // once into a register and used by every head of the group.
+    let mut h = 0;
+    while h < g {
+        let heads = (g - h).min(4);
+        let q = &q[h * d..(h + heads) * d];
+        let out = &mut s[h * TILE..(h + heads) * TILE];
+        match (kv, heads) {
+            (Elt::F32, 1) => scores_heads::<F32, 1, { score_rows(1) }>(q, k_rows, d, out, pf),
+            (Elt::F32, 2) => scores_heads::<F32, 2, { score_rows(2) }>(q, k_rows, d, out, pf),
+            (Elt::F32, 3) => scores_heads::<F32, 3, { score_rows(3) }>(q, k_rows, d, out, pf),
+            (Elt::F32, _) => scores_heads::<F32, 4, { score_rows(4) }>(q, k_rows, d, out, pf),
+            (Elt::F16, 1) => scores_heads::<F16, 1, { score_rows(1) }>(q, k_rows, d, out, pf),
+            (Elt::F16, 2) => scores_heads::<F16, 2, { score_rows(2) }>(q, k_rows, d, out, pf),
+            (Elt::F16, 3) => scores_heads::<F16, 3, { score_rows(3) }>(q, k_rows, d, out, pf),
+            (Elt::F16, _) => scores_heads::<F16, 4, { score_rows(4) }>(q, k_rows, d, out, pf),
+            (Elt::Bf16, 1) => scores_heads::<BF16, 1, { score_rows(1) }>(q, k_rows, d, out, pf),
+            (Elt::Bf16, 2) => scores_heads::<BF16, 2, { score_rows(2) }>(q, k_rows, d, out, pf),
+            (Elt::Bf16, 3) => scores_heads::<BF16, 3, { score_rows(3) }>(q, k_rows, d, out, pf),
+            (Elt::Bf16, _) => scores_heads::<BF16, 4, { score_rows(4) }>(q, k_rows, d, out, pf),
+        }
+        h += heads;
+    }
+    // Lanes of rows past the tile's end (a sequence's last, partial tile).
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let valid_lo = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lane));
+    let valid_hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32 - 8), lane));
+    let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
+    for h in 0..g {
+        let scores = &mut s[h * TILE..(h + 1) * TILE];
+        // SAFETY: `scores` holds TILE = 16 floats: two loads of 8.
+        let s_lo = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(scores.as_ptr()), valid_lo);
+        let s_hi = _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(scores.as_ptr().add(8)), valid_hi);
+        let tile_max = hmax(_mm256_max_ps(s_lo, s_hi));
+        let m_old = m[h];
+        let m_new = m_old.max(tile_max);
+        if m_new > m_old {
+            let acc = &mut acc[h * d..(h + 1) * d];
+            if m_old == f32::NEG_INFINITY {
+                l[h] = 0.0;
+                acc.fill(0.0);
+            } else {
+                let alpha = kernel::exp2_nonpositive::<Fused>(m_old - m_new);
+                l[h] *= alpha;
+                scale(acc, alpha);
+            }
+            m[h] = m_new;
+        }
+        let m_new = _mm256_set1_ps(m_new);
+        let p_lo = _mm256_and_ps(exp2(_mm256_sub_ps(s_lo, m_new)), valid_lo);
+        let p_hi = _mm256_and_ps(exp2(_mm256_sub_ps(s_hi, m_new)), valid_hi);
+        l[h] += hsum(_mm256_add_ps(p_lo, p_hi));
+        // SAFETY: `scores` holds TILE = 16 floats: two stores of 8.
+        _mm256_storeu_ps(scores.as_mut_ptr(), p_lo);
+        _mm256_storeu_ps(scores.as_mut_ptr().add(8), p_hi);
+    }
+
+    // V: each 8-element chunk is decoded once into a register and
+    // accumulated into up to four heads.
+    let mut h = 0;
+    while h < g {
+        let heads = (g - h).min(4);
+        let acc = &mut acc[h * d..(h + heads) * d];
+        let p = &s[h * TILE..(h + heads) * TILE];
+        match (kv, heads) {
+            (Elt::F32, 1) => accumulate_rows::<F32, 1, { acc_regs(1) }>(acc, p, v_rows, d, pf),
+            (Elt::F32, 2) => accumulate_rows::<F32, 2, { acc_regs(2) }>(acc, p, v_rows, d, pf),
+            (Elt::F32, 3) => accumulate_rows::<F32, 3, { acc_regs(3) }>(acc, p, v_rows, d, pf),
+            (Elt::F32, _) => accumulate_rows::<F32, 4, { acc_regs(4) }>(acc, p, v_rows, d, pf),
+            (Elt::F16, 1) => accumulate_rows::<F16, 1, { acc_regs(1) }>(acc, p, v_rows, d, pf),
+            (Elt::F16, 2) => accumulate_rows::<F16, 2, { acc_regs(2) }>(acc, p, v_rows, d, pf),
+            (Elt::F16, 3) => accumulate_rows::<F16, 3, { acc_regs(3) }>(acc, p, v_rows, d, pf),
+            (Elt::F16, _) => accumulate_rows::<F16, 4, { acc_regs(4) }>(acc, p, v_rows, d, pf),
+            (Elt::Bf16, 1) => accumulate_rows::<BF16, 1, { acc_regs(1) }>(acc, p, v_rows, d, pf),
+            (Elt::Bf16, 2) => accumulate_rows::<BF16, 2, { acc_regs(2) }>(acc, p, v_rows, d, pf),
+            (Elt::Bf16, 3) => accumulate_rows::<BF16, 3, { acc_regs(3) }>(acc, p, v_rows, d, pf),
+            (Elt::Bf16, _) => accumulate_rows::<BF16, 4, { acc_regs(4) }>(acc, p, v_rows, d, pf),
+        }
+        h += heads;
+    }
+}
+
+/// Scores of the `H` heads of `q` (`[H, d]`) against the 16 rows of K in
+/// `rows` (raw elements of kind `E`, at least `d` each), written to `out`
+/// (`[H, TILE]`), `R` rows at a time (`H * R <= 8` running dot products).
+// `a[h][r]` indexed by both loops reads better than nested iterators here.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn scores_heads<const E: u8, const H: usize, const R: usize>(
+    q: &[f32],
+    rows: &[&[u8]; TILE],
+    d: usize,
+    out: &mut [f32],
+    pf: &mut TilePrefetch<'_>,
+) {
+    let size = if E == F32 { 4 } else { 2 };
+    if !fits(d)
+        || H * R > 8
+        || !TILE.is_multiple_of(R)
+        || q.len() < H * d
+        || out.len() < H * TILE
+        || rows.iter().any(|r| r.len() < d * size)
+    {
+        return;
+    }
+    let q = q.as_ptr();
+    for r0 in (0..TILE).step_by(R) {
+        let mut a = [[_mm256_setzero_ps(); R]; H];
+        let mut c = 0;
+        while c + 8 <= d {
+            // SAFETY: `c + 8 <= d`: head `h`'s chunk ends at `h * d + c + 8 <=
+            // H * d <= q.len()`; row `r0 + r < TILE` holds `d` elements.
+            let mut qv = [_mm256_setzero_ps(); H];
+            for (h, qv) in qv.iter_mut().enumerate() {
+                *qv = _mm256_loadu_ps(q.add(h * d + c));
+            }
+            for r in 0..R {
+                let k = load8::<E>(rows[r0 + r].as_ptr().add(c * size));
+                for h in 0..H {
+                    a[h][r] = _mm256_fmadd_ps(qv[h], k, a[h][r]);
+                }
+            }
+            pf.step();
+            c += 8;
+        }
+        let mut flat = [_mm256_setzero_ps(); 8];
+        for h in 0..H {
+            for r in 0..R {
+                flat[h * R + r] = a[h][r];
             }
         }
-        Elt::Bf16 => {
-            for (c, s) in src.chunks_exact(16).enumerate() {
-                let x = _mm_loadu_si128(s.as_ptr() as *const __m128i);
-                let bits = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(x));
-                _mm256_storeu_ps(dst.add(c * stride), _mm256_castsi256_ps(bits));
-            }
-        }
-        Elt::F16 => {
-            for (c, s) in src.chunks_exact(16).enumerate() {
-                let x = _mm_loadu_si128(s.as_ptr() as *const __m128i);
-                _mm256_storeu_ps(dst.add(c * stride), _mm256_cvtph_ps(x));
-            }
+        let mut sums = [0.0f32; 8];
+        // SAFETY: `sums` holds 8 floats.
+        _mm256_storeu_ps(sums.as_mut_ptr(), transpose_sum(&flat));
+        for h in 0..H {
+            out[h * TILE + r0..h * TILE + r0 + R].copy_from_slice(&sums[h * R..(h + 1) * R]);
         }
     }
 }
 
-/// The 8 dot products of `q` (`d` floats) with rows `row0..row0 + 8` of the
-/// chunk-major K tile `k` (`[d / 8][TILE][8]`), as one vector. `d` is a
-/// positive multiple of 8.
+/// Lane `r` of the result is the sum of the 8 lanes of `a[r]`, always added
+/// in the same order: `((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7))`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn scores8(q: &[f32], k: &[f32], row0: usize, d: usize) -> __m256 {
-    if q.len() < d || k.len() < d * TILE || row0 + 8 > TILE {
-        return _mm256_setzero_ps();
-    }
-    let q = q.as_ptr();
-    let mut block = k.as_ptr().add(row0 * 8);
-    let mut a = [_mm256_setzero_ps(); 8];
-    let mut c = 0;
-    while c + 8 <= d {
-        // SAFETY: `c + 8 <= d <= q.len()`; `block` is chunk `c / 8` of row
-        // `row0`, and row `row0 + r` of it ends at `(c / 8) * TILE * 8 +
-        // (row0 + r + 1) * 8 <= d * TILE <= k.len()`.
-        let qv = _mm256_loadu_ps(q.add(c));
-        for (r, a) in a.iter_mut().enumerate() {
-            *a = _mm256_fmadd_ps(qv, _mm256_loadu_ps(block.add(8 * r)), *a);
-        }
-        c += 8;
-        if c < d {
-            block = block.add(TILE * 8);
-        }
-    }
-    // Horizontal sums of the 8 accumulators into the 8 lanes of one vector.
+unsafe fn transpose_sum(a: &[__m256; 8]) -> __m256 {
+    // Per 128-bit half: [a0: 0+1, 2+3 | a1: 0+1, 2+3] and so on.
     let t0 = _mm256_hadd_ps(a[0], a[1]);
     let t1 = _mm256_hadd_ps(a[2], a[3]);
     let t2 = _mm256_hadd_ps(a[4], a[5]);
     let t3 = _mm256_hadd_ps(a[6], a[7]);
-    let u0 = _mm256_hadd_ps(t0, t1); // rows 0-3: low halves | high halves
-    let u1 = _mm256_hadd_ps(t2, t3); // rows 4-7
+    // Rows 0-3 (u0) and 4-7 (u1): low halves' sums | high halves' sums.
+    let u0 = _mm256_hadd_ps(t0, t1);
+    let u1 = _mm256_hadd_ps(t2, t3);
     _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(u0, u1), _mm256_permute2f128_ps::<0x31>(u0, u1))
 }
 
-/// `acc[j] += sum_i p[i] * v[i * d + j]` for the `p.len()` rows of `v`.
+/// Element kinds of [`load8`], as const parameters.
+const F32: u8 = 0;
+const F16: u8 = 1;
+const BF16: u8 = 2;
+
+/// 8 elements of kind `E` at `src`, as f32.
+///
+/// # Safety
+/// `src` must be valid for reading 8 elements; the CPU must have AVX2 and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn accumulate(acc: &mut [f32], p: &[f32], v: &[f32], d: usize) {
-    let rows = p.len();
-    if acc.len() != d || v.len() < rows * d {
+unsafe fn load8<const E: u8>(src: *const u8) -> __m256 {
+    match E {
+        F32 => _mm256_loadu_ps(src as *const f32),
+        F16 => _mm256_cvtph_ps(_mm_loadu_si128(src as *const __m128i)),
+        // bf16 is the top half of an f32.
+        _ => {
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(src as *const __m128i))))
+        }
+    }
+}
+
+/// `acc[h][j] += sum_i p[h][i] * v_i[j]` for the `H` heads of `acc`
+/// (`[H, d]`) and `p` (`[H, TILE]`), over the rows `v_i` (raw elements of
+/// kind `E`, at least `d` each), `8 * C` columns at a time.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn accumulate_rows<const E: u8, const H: usize, const C: usize>(
+    acc: &mut [f32],
+    p: &[f32],
+    rows: &[&[u8]],
+    d: usize,
+    pf: &mut TilePrefetch<'_>,
+) {
+    let size = if E == F32 { 4 } else { 2 };
+    if !fits(d)
+        || acc.len() < H * d
+        || p.len() < H * TILE
+        || rows.len() > TILE
+        || rows.iter().any(|r| r.len() < d * size)
+    {
         return;
     }
-    let (acc, v) = (acc.as_mut_ptr(), v.as_ptr());
     let mut c = 0;
-    // SAFETY (all loads and stores below): columns `c .. c + width` with
-    // `c + width <= d = acc.len()`; rows `i < rows` with `i * d + c + width
-    // <= rows * d <= v.len()`.
-    while c + 64 <= d {
-        let mut a = [_mm256_setzero_ps(); 8];
-        for (j, a) in a.iter_mut().enumerate() {
-            *a = _mm256_loadu_ps(acc.add(c + 8 * j));
-        }
-        for (i, &pi) in p.iter().enumerate() {
-            let pb = _mm256_set1_ps(pi);
-            let row = v.add(i * d + c);
-            for (j, a) in a.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(pb, _mm256_loadu_ps(row.add(8 * j)), *a);
-            }
-        }
-        for (j, a) in a.iter().enumerate() {
-            _mm256_storeu_ps(acc.add(c + 8 * j), *a);
-        }
-        c += 64;
-    }
-    while c + 32 <= d {
-        let mut a = [_mm256_setzero_ps(); 4];
-        for (j, a) in a.iter_mut().enumerate() {
-            *a = _mm256_loadu_ps(acc.add(c + 8 * j));
-        }
-        for (i, &pi) in p.iter().enumerate() {
-            let pb = _mm256_set1_ps(pi);
-            let row = v.add(i * d + c);
-            for (j, a) in a.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(pb, _mm256_loadu_ps(row.add(8 * j)), *a);
-            }
-        }
-        for (j, a) in a.iter().enumerate() {
-            _mm256_storeu_ps(acc.add(c + 8 * j), *a);
-        }
-        c += 32;
+    while c + 8 * C <= d {
+        accumulate_rows_block::<E, H, C>(acc, p, rows, d, c, pf);
+        c += 8 * C;
     }
     while c + 8 <= d {
-        let mut a = _mm256_loadu_ps(acc.add(c));
-        for (i, &pi) in p.iter().enumerate() {
-            a = _mm256_fmadd_ps(_mm256_set1_ps(pi), _mm256_loadu_ps(v.add(i * d + c)), a);
-        }
-        _mm256_storeu_ps(acc.add(c), a);
+        accumulate_rows_block::<E, H, 1>(acc, p, rows, d, c, pf);
         c += 8;
+    }
+}
+
+/// Columns `c .. c + 8 * C` of [`accumulate_rows`], in `H * C` registers.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C, and the lengths must be as
+/// `accumulate_rows` checks them: `acc.len() >= H * d`, `p.len() >= H *
+/// TILE`, `rows.len() <= TILE`, every row at least `d` elements of kind `E`.
+// `a[h][j]` indexed by both loops reads better than nested iterators here.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn accumulate_rows_block<const E: u8, const H: usize, const C: usize>(
+    acc: &mut [f32],
+    p: &[f32],
+    rows: &[&[u8]],
+    d: usize,
+    c: usize,
+    pf: &mut TilePrefetch<'_>,
+) {
+    let size = if E == F32 { 4 } else { 2 };
+    // SAFETY (all loads and stores below): `accumulate_rows` checked
+    // `acc.len() >= H * d`, `p.len() >= H * TILE`, `rows.len() <= TILE` and
+    // every row holds `d` elements; columns `c .. c + 8 * C <= d`.
+    if c + 8 * C > d {
+        return;
+    }
+    let acc = acc.as_mut_ptr();
+    let mut a = [[_mm256_setzero_ps(); C]; H];
+    for (h, a) in a.iter_mut().enumerate() {
+        for (j, a) in a.iter_mut().enumerate() {
+            *a = _mm256_loadu_ps(acc.add(h * d + c + 8 * j));
+        }
+    }
+    for (i, row) in rows.iter().enumerate() {
+        let mut pb = [_mm256_setzero_ps(); H];
+        for (h, pb) in pb.iter_mut().enumerate() {
+            *pb = _mm256_set1_ps(*p.get_unchecked(h * TILE + i));
+        }
+        let src = row.as_ptr().add(c * size);
+        for j in 0..C {
+            let v = load8::<E>(src.add(8 * j * size));
+            for h in 0..H {
+                a[h][j] = _mm256_fmadd_ps(pb[h], v, a[h][j]);
+            }
+        }
+        if i % 4 == 3 {
+            pf.step();
+        }
+    }
+    for (h, a) in a.iter().enumerate() {
+        for (j, a) in a.iter().enumerate() {
+            _mm256_storeu_ps(acc.add(h * d + c + 8 * j), *a);
+        }
     }
 }
 
@@ -325,6 +477,7 @@ unsafe fn hsum(x: __m256) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use decode_attn_core::{dtype, DType};
 
     fn have() -> bool {
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
@@ -347,39 +500,65 @@ mod tests {
         }
     }
 
+    /// `scores_heads` and `accumulate_rows` for `H` heads against plain f64
+    /// loops, rows given as raw bytes of `dtype`.
+    fn check_heads<const E: u8, const H: usize, const R: usize, const C: usize>(dtype: DType, d: usize) {
+        let q: Vec<f32> = (0..H * d).map(|i| (i as f32 * 0.3).sin()).collect();
+        let k: Vec<f32> = (0..TILE * d).map(|i| (i as f32 * 0.17).cos()).collect();
+        let bytes = dtype::encode(dtype, &k);
+        let k = dtype::decode(dtype, &bytes);
+        let size = bytes.len() / k.len();
+        let mut k_rows: [&[u8]; TILE] = [&[]; TILE];
+        for (r, row) in k_rows.iter_mut().enumerate() {
+            *row = &bytes[r * d * size..(r + 1) * d * size];
+        }
+        let mut s = vec![f32::NAN; H * TILE];
+        // SAFETY: the features were detected by the caller.
+        unsafe { scores_heads::<E, H, R>(&q, &k_rows, d, &mut s, &mut TilePrefetch::none()) };
+        for (i, &s) in s.iter().enumerate() {
+            let (h, r) = (i / TILE, i % TILE);
+            let exact: f64 = (0..d).map(|j| q[h * d + j] as f64 * k[r * d + j] as f64).sum();
+            assert!((s as f64 - exact).abs() < 1e-4, "{dtype} d={d} H={H} head {h} row {r}: {s} vs {exact}");
+        }
+        // Weights over 13 rows (a partial tile).
+        let p: Vec<f32> = (0..H * TILE).map(|i| (i % TILE) as f32 * 0.1 + (i / TILE) as f32).collect();
+        let v: Vec<f32> = (0..13 * d).map(|i| (i as f32 * 0.05).sin()).collect();
+        let bytes = dtype::encode(dtype, &v);
+        let v = dtype::decode(dtype, &bytes);
+        let rows: Vec<&[u8]> = bytes.chunks_exact(d * size).collect();
+        let mut acc = vec![0.5f32; H * d];
+        // SAFETY: the features were detected by the caller.
+        unsafe { accumulate_rows::<E, H, C>(&mut acc, &p, &rows, d, &mut TilePrefetch::none()) };
+        for (i, &a) in acc.iter().enumerate() {
+            let (h, j) = (i / d, i % d);
+            let exact: f64 = 0.5 + (0..13).map(|r| p[h * TILE + r] as f64 * v[r * d + j] as f64).sum::<f64>();
+            assert!((a as f64 - exact).abs() < 1e-4, "{dtype} d={d} H={H} head {h} column {j}: {a} vs {exact}");
+        }
+    }
+
     #[test]
     fn scores_and_accumulate_match_plain_loops() {
         if !have() {
             return;
         }
         for &d in decode_attn_core::shape::SUPPORTED_HEAD_DIMS {
-            let q: Vec<f32> = (0..d).map(|i| (i as f32 * 0.3).sin()).collect();
-            // Row-major rows, and the chunk-major tile `decode_row` makes of them.
-            let rows: Vec<f32> = (0..TILE * d).map(|i| (i as f32 * 0.17).cos()).collect();
-            let bytes = decode_attn_core::dtype::encode(decode_attn_core::DType::F32, &rows);
-            let mut tile = vec![0.0f32; TILE * d];
-            for r in 0..TILE {
-                // SAFETY: the features were detected above.
-                unsafe { decode_row(Elt::F32, &bytes[r * d * 4..(r + 1) * d * 4], &mut tile[r * 8..], TILE * 8) };
-            }
-            for row0 in [0, 8] {
-                let mut s = [0.0f32; 8];
-                // SAFETY: the features were detected above.
-                unsafe { _mm256_storeu_ps(s.as_mut_ptr(), scores8(&q, &tile, row0, d)) };
-                for (r, &s) in s.iter().enumerate() {
-                    let exact: f64 = (0..d).map(|j| q[j] as f64 * rows[(row0 + r) * d + j] as f64).sum();
-                    assert!((s as f64 - exact).abs() < 1e-4, "d={d} row {}: {s} vs {exact}", row0 + r);
-                }
-            }
-            let p: Vec<f32> = (0..13).map(|i| i as f32 * 0.1).collect();
-            let v: Vec<f32> = (0..13 * d).map(|i| (i as f32 * 0.05).sin()).collect();
-            let mut acc = vec![0.5f32; d];
-            // SAFETY: the features were detected above.
-            unsafe { accumulate(&mut acc, &p, &v, d) };
-            for (j, &a) in acc.iter().enumerate() {
-                let exact: f64 = 0.5 + (0..13).map(|i| p[i] as f64 * v[i * d + j] as f64).sum::<f64>();
-                assert!((a as f64 - exact).abs() < 1e-4, "d={d} column {j}: {a} vs {exact}");
-            }
+            check_heads::<BF16, 1, { score_rows(1) }, { acc_regs(1) }>(DType::Bf16, d);
+            check_heads::<BF16, 2, { score_rows(2) }, { acc_regs(2) }>(DType::Bf16, d);
+            check_heads::<F16, 3, { score_rows(3) }, { acc_regs(3) }>(DType::F16, d);
+            check_heads::<F32, 4, { score_rows(4) }, { acc_regs(4) }>(DType::F32, d);
+            check_heads::<BF16, 4, { score_rows(4) }, { acc_regs(4) }>(DType::Bf16, d);
         }
+    }
+
+    #[test]
+    fn prefetch_steps_count_the_steps_a_tile_makes() {
+        // Counted by hand for d = 128: four heads score 8 passes of 16
+        // chunks and accumulate 8 blocks of 16 rows (a step per 4 rows).
+        assert_eq!(prefetch_steps(4, 128), 8 * 16 + 8 * 4);
+        // Five heads: a group of four, then one (2 passes of 16 chunks; two
+        // 64-column blocks).
+        assert_eq!(prefetch_steps(5, 128), (8 * 16 + 8 * 4) + (2 * 16 + 2 * 4));
+        // d = 120, one head: one 64-column block and seven 8-column ones.
+        assert_eq!(prefetch_steps(1, 120), 2 * 15 + 8 * 4);
     }
 }

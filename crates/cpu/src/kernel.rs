@@ -334,33 +334,45 @@ impl Isa {
 
 /// Runs one work item, adding its tokens to `state` (`kv_heads * g` heads).
 pub(crate) fn attend(isa: Isa, kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) {
-    // AVX-512 serves all the item's KV heads in one pass over its slots.
+    // The SIMD loops serve all the item's KV heads in one pass over its slots.
     #[cfg(target_arch = "x86_64")]
-    if let Isa::Avx512(_) = isa {
+    match isa {
         // SAFETY: the token inside `Isa::Avx512` proves AVX-512F, AVX2, FMA
-        // and F16C were detected, all `avx512::attend` requires.
-        if crate::avx512::fits(work.head_dim) && unsafe { crate::avx512::attend(kv, work, state, scratch) } {
-            return;
-        }
+        // and F16C were detected, all `avx512::attend` and `avx2::attend`
+        // require.
+        Isa::Avx512(_) => unsafe {
+            if crate::avx512::fits(work.head_dim) && crate::avx512::attend(kv, work, state, scratch) {
+                return;
+            }
+            if crate::avx2::fits(work.head_dim) && crate::avx2::attend(kv, work, state, scratch) {
+                return;
+            }
+        },
+        // SAFETY: a `SimdToken` inside `Isa::Avx2` exists only when
+        // `Isa::detect` found AVX2, FMA and F16C on this CPU, which is all
+        // `avx2::attend` requires.
+        Isa::Avx2(_) => unsafe {
+            if crate::avx2::fits(work.head_dim) && crate::avx2::attend(kv, work, state, scratch) {
+                return;
+            }
+        },
+        Isa::Portable => {}
     }
     if work.kv_heads == 1 {
-        attend_one_head(isa, kv, work, state, scratch);
+        attend_portable(kv, work, state, scratch);
         return;
     }
-    // The other paths take one KV head at a time, each through a state of
+    // The portable loop takes one KV head at a time, each through a state of
     // its own, a chunk of tokens at a time: every head of the item reads the
-    // chunk's slots before the next chunk, whose whole rows (all the item's
-    // heads, one contiguous run per slot) are prefetched meanwhile. One head
-    // over the whole range, then the next, read each head's rows at the
-    // slot stride, which the hardware prefetchers do not follow.
+    // chunk's slots before the next chunk. One head over the whole range,
+    // then the next, would read each head's rows at the slot stride, which
+    // the hardware prefetchers do not follow.
     let d = work.head_dim;
     let g = state.m.len() / work.kv_heads.max(1);
     let mut one = State::new(g, d);
-    prefetch_item_rows(kv, work, work.start, work.end.min(work.start + HEAD_CHUNK_TOKENS));
     let mut from = work.start;
     while from < work.end {
         let to = work.end.min(from + HEAD_CHUNK_TOKENS);
-        prefetch_item_rows(kv, work, to, work.end.min(to + HEAD_CHUNK_TOKENS));
         let chunk = Work { start: from, end: to, ..*work };
         for i in 0..work.kv_heads {
             let (heads, cols) = (i * g..(i + 1) * g, i * g * d..(i + 1) * g * d);
@@ -375,7 +387,7 @@ pub(crate) fn attend(isa: Isa, kv: Elt, work: &Work<'_>, state: &mut State, scra
             one.m.copy_from_slice(m);
             one.l.copy_from_slice(l);
             one.acc.copy_from_slice(acc);
-            attend_one_head(isa, kv, &chunk.one_head(i, q), &mut one, scratch);
+            attend_portable(kv, &chunk.one_head(i, q), &mut one, scratch);
             state.m[heads.clone()].copy_from_slice(&one.m);
             state.l[heads].copy_from_slice(&one.l);
             state.acc[cols].copy_from_slice(&one.acc);
@@ -384,51 +396,18 @@ pub(crate) fn attend(isa: Isa, kv: Elt, work: &Work<'_>, state: &mut State, scra
     }
 }
 
-/// Tokens one KV head of a multi-head item takes before the next head does
-/// (a multiple of the tile): 64 tokens of Llama-3-8B's 8 KV heads are 256
-/// KiB of bf16 K and V, which stay in a core's L2 while the heads pass.
+/// Tokens one KV head of a multi-head item takes on the portable loop before
+/// the next head does (a multiple of the tile): 64 tokens of Llama-3-8B's 8
+/// KV heads are 256 KiB of bf16 K and V, which stay in a core's L2 while the
+/// heads pass.
 const HEAD_CHUNK_TOKENS: usize = 4 * TILE;
 
-/// Prefetches the K and V rows of all the item's KV heads (one contiguous
-/// run per slot) for tokens `from..to` (`from` a multiple of the tile).
-fn prefetch_item_rows(kv: Elt, work: &Work<'_>, from: usize, to: usize) {
-    let run_bytes = work.kv_heads * work.head_dim * kv.size();
-    let mut slots = [0usize; TILE];
-    let mut t0 = from;
-    while t0 < to {
-        let n = TILE.min(to - t0);
-        work.slots.fill(t0, &mut slots[..n]);
-        for &slot in &slots[..n] {
-            let offset = (slot * work.slot_elems + work.kv_head * work.head_dim) * kv.size();
-            prefetch(work.k, offset, run_bytes);
-            prefetch(work.v, offset, run_bytes);
-        }
-        t0 += n;
-    }
-}
-
-/// [`attend`] for an item of one KV head.
-fn attend_one_head(isa: Isa, kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) {
-    match isa {
-        Isa::Portable => match kv {
-            Elt::F32 => attend_generic::<F32, Separate>(work, state, scratch),
-            Elt::F16 => attend_generic::<F16, Separate>(work, state, scratch),
-            Elt::Bf16 => attend_generic::<Bf16, Separate>(work, state, scratch),
-        },
-        // SAFETY: a `SimdToken` inside `Isa::Avx2` exists only when
-        // `Isa::detect` found AVX2, FMA and F16C on this CPU, which is all
-        // `avx2::attend` requires.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2(_) => unsafe { crate::avx2::attend(kv, work, state, scratch) },
-        // SAFETY: inside `Isa::Avx512` (possibly demoted to `Isa::Avx2` by
-        // `at_most_avx2`, a subset), the token proves AVX-512F, AVX2, FMA and
-        // F16C were detected: what `avx512::attend` and `avx2::attend` require.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512(_) => unsafe {
-            if !(crate::avx512::fits(work.head_dim) && crate::avx512::attend(kv, work, state, scratch)) {
-                crate::avx2::attend(kv, work, state, scratch)
-            }
-        },
+/// The portable loop over an item of one KV head.
+fn attend_portable(kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) {
+    match kv {
+        Elt::F32 => attend_generic::<F32, Separate>(work, state, scratch),
+        Elt::F16 => attend_generic::<F16, Separate>(work, state, scratch),
+        Elt::Bf16 => attend_generic::<Bf16, Separate>(work, state, scratch),
     }
 }
 
@@ -526,20 +505,22 @@ pub(crate) fn prefetch(bytes: &[u8], offset: usize, len: usize) {
 /// The cache lines of one future tile's K and V rows, handed out a few at a
 /// time ([`TilePrefetch::step`]) from inside the current tile's loops, so that
 /// the misses spread over its arithmetic instead of queueing up at once.
+///
+/// A step runs in the hot loops, so it is kept to a compare, a prefetch and
+/// an add: the rows' addresses are worked out once, in [`TilePrefetch::new`].
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) struct TilePrefetch<'a> {
-    /// K while its rows last, then V.
-    cache: &'a [u8],
-    v: &'a [u8],
-    on_v: bool,
-    /// Byte offset of each row (the same in K and V).
-    rows: [usize; TILE],
-    num_rows: usize,
-    row_bytes: usize,
-    /// The next line: row `row`, byte `at` within it.
-    row: usize,
-    at: usize,
+    /// Where each row's run of bytes starts: the tile's K rows, then its V
+    /// rows. Each run lies inside `work.k` or `work.v` (checked in `new`).
+    runs: [*const u8; 2 * TILE],
+    num_runs: usize,
+    run_bytes: usize,
+    /// The next run to start, and the next line and end of the current one.
+    next_run: usize,
+    line: *const u8,
+    run_end: *const u8,
     per_step: usize,
+    cache: std::marker::PhantomData<&'a [u8]>,
 }
 
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -548,25 +529,33 @@ impl<'a> TilePrefetch<'a> {
     /// end), spread over about `steps` calls of [`TilePrefetch::step`].
     #[inline(always)]
     pub(crate) fn new(work: &Work<'a>, elem_size: usize, t0: usize, steps: usize) -> TilePrefetch<'a> {
-        let mut rows = [0usize; TILE];
+        let mut slots = [0usize; TILE];
         let num_rows = if t0 < work.end { TILE.min(work.end - t0) } else { 0 };
-        work.slots.fill(t0, &mut rows[..num_rows]);
-        for row in rows[..num_rows].iter_mut() {
-            *row = (*row * work.slot_elems + work.kv_head * work.head_dim) * elem_size;
-        }
+        work.slots.fill(t0, &mut slots[..num_rows]);
         // The item's KV heads are one run of each slot.
-        let row_bytes = work.kv_heads * work.head_dim * elem_size;
-        let lines = 2 * num_rows * row_bytes.div_ceil(64);
+        let run_bytes = work.kv_heads * work.head_dim * elem_size;
+        let mut runs = [std::ptr::null(); 2 * TILE];
+        let mut num_runs = 0;
+        for cache in [work.k, work.v] {
+            for &slot in &slots[..num_rows] {
+                let offset = (slot * work.slot_elems + work.kv_head * work.head_dim) * elem_size;
+                if offset + run_bytes <= cache.len() {
+                    // In bounds: `offset + run_bytes <= cache.len()`.
+                    runs[num_runs] = cache.as_ptr().wrapping_add(offset);
+                    num_runs += 1;
+                }
+            }
+        }
+        let lines = num_runs * run_bytes.div_ceil(64);
         TilePrefetch {
-            cache: work.k,
-            v: work.v,
-            on_v: false,
-            rows,
-            num_rows,
-            row_bytes,
-            row: 0,
-            at: 0,
+            runs,
+            num_runs,
+            run_bytes,
+            next_run: 0,
+            line: std::ptr::null(),
+            run_end: std::ptr::null(),
             per_step: lines.div_ceil(steps.max(1)),
+            cache: std::marker::PhantomData,
         }
     }
 
@@ -574,43 +563,44 @@ impl<'a> TilePrefetch<'a> {
     #[cfg(test)]
     pub(crate) fn none() -> TilePrefetch<'static> {
         TilePrefetch {
-            cache: &[],
-            v: &[],
-            on_v: true,
-            rows: [0; TILE],
-            num_rows: 0,
-            row_bytes: 0,
-            row: 0,
-            at: 0,
+            runs: [std::ptr::null(); 2 * TILE],
+            num_runs: 0,
+            run_bytes: 0,
+            next_run: 0,
+            line: std::ptr::null(),
+            run_end: std::ptr::null(),
             per_step: 0,
+            cache: std::marker::PhantomData,
         }
     }
 
     #[inline(always)]
     pub(crate) fn step(&mut self) {
         for _ in 0..self.per_step {
-            if self.row >= self.num_rows {
-                if self.on_v {
+            if self.line >= self.run_end {
+                if self.next_run >= self.num_runs {
                     return;
                 }
-                (self.cache, self.on_v, self.row) = (self.v, true, 0);
-                if self.num_rows == 0 {
-                    return;
-                }
+                self.line = self.runs[self.next_run];
+                self.run_end = self.line.wrapping_add(self.run_bytes);
+                self.next_run += 1;
             }
-            prefetch(self.cache, self.rows[self.row] + self.at, 1);
-            self.at += 64;
-            if self.at >= self.row_bytes {
-                self.at = 0;
-                self.row += 1;
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a prefetch only hints the cache and never faults or
+            // writes (the line is inside a run `new` checked anyway); SSE,
+            // which `_mm_prefetch` needs, is part of the x86-64 baseline.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                _mm_prefetch::<_MM_HINT_T0>(self.line as *const i8);
             }
+            self.line = self.line.wrapping_add(64);
         }
     }
 
     /// Issues whatever the steps left.
     #[inline(always)]
     pub(crate) fn finish(&mut self) {
-        self.per_step = 2 * TILE * self.row_bytes.div_ceil(64);
+        self.per_step = usize::MAX;
         self.step();
     }
 }
@@ -715,18 +705,15 @@ mod tests {
             end: len,
             q: &q,
         };
-        let mut isas = vec![Isa::Portable];
-        #[cfg(target_arch = "x86_64")]
-        if !matches!(Isa::detect(), Isa::Portable) {
-            isas.push(Isa::detect().at_most_avx2());
-        }
+        let mut isas = vec![Isa::Portable, Isa::detect().at_most_avx2(), Isa::detect()];
+        isas.dedup();
         for isa in isas {
             let mut together = State::new(kv_heads * g, d);
             attend(isa, Elt::Bf16, &work, &mut together, &mut Scratch::new(g, d));
             for i in 0..kv_heads {
                 let mut alone = State::new(g, d);
                 let q_i = &q[i * g * d..(i + 1) * g * d];
-                attend_one_head(isa, Elt::Bf16, &work.one_head(i, q_i), &mut alone, &mut Scratch::new(g, d));
+                attend(isa, Elt::Bf16, &work.one_head(i, q_i), &mut alone, &mut Scratch::new(g, d));
                 let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                 let name = isa.name();
                 assert_eq!(bits(&together.m[i * g..(i + 1) * g]), bits(&alone.m), "{name} head {i} m");
