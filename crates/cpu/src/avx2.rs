@@ -58,7 +58,10 @@ const fn acc_regs(heads: usize) -> usize {
 }
 
 /// Calls of `TilePrefetch::step` one tile of one KV head makes (`g` query
-/// heads, head dim `d`), so that a future tile's lines spread evenly over them.
+/// heads, head dim `d`): one per pass of [`scores_heads`] and one per column
+/// block of [`accumulate_rows`], so that a future tile's lines spread evenly
+/// over the tile. A step in every chunk's iteration instead made that
+/// loop's bookkeeping longer than its arithmetic.
 fn prefetch_steps(g: usize, d: usize) -> usize {
     (0..g)
         .step_by(4)
@@ -66,7 +69,7 @@ fn prefetch_steps(g: usize, d: usize) -> usize {
             let heads = (g - h).min(4);
             let width = 8 * acc_regs(heads);
             let blocks = d / width + (d % width) / 8;
-            TILE / score_rows(heads) * (d / 8) + blocks * (TILE / 4)
+            TILE / score_rows(heads) + blocks
         })
         .sum()
 }
@@ -279,9 +282,9 @@ unsafe fn scores_heads<const E: u8, const H: usize, const R: usize>(
                     a[h][r] = _mm256_fmadd_ps(qv[h], k, a[h][r]);
                 }
             }
-            pf.step();
             c += 8;
         }
+        pf.step();
         let mut flat = [_mm256_setzero_ps(); 8];
         for h in 0..H {
             for r in 0..R {
@@ -411,10 +414,8 @@ unsafe fn accumulate_rows_block<const E: u8, const H: usize, const C: usize>(
                 a[h][j] = _mm256_fmadd_ps(pb[h], v, a[h][j]);
             }
         }
-        if i % 4 == 3 {
-            pf.step();
-        }
     }
+    pf.step();
     for (h, a) in a.iter().enumerate() {
         for (j, a) in a.iter().enumerate() {
             _mm256_storeu_ps(acc.add(h * d + c + 8 * j), *a);
@@ -552,13 +553,13 @@ mod tests {
 
     #[test]
     fn prefetch_steps_count_the_steps_a_tile_makes() {
-        // Counted by hand for d = 128: four heads score 8 passes of 16
-        // chunks and accumulate 8 blocks of 16 rows (a step per 4 rows).
-        assert_eq!(prefetch_steps(4, 128), 8 * 16 + 8 * 4);
-        // Five heads: a group of four, then one (2 passes of 16 chunks; two
+        // A step per pass of `score_rows` rows and per block of columns.
+        // Four heads, d = 128: 8 passes of 2 rows, 8 blocks of 16 columns.
+        assert_eq!(prefetch_steps(4, 128), 8 + 8);
+        // Five heads: a group of four, then one (2 passes of 8 rows, two
         // 64-column blocks).
-        assert_eq!(prefetch_steps(5, 128), (8 * 16 + 8 * 4) + (2 * 16 + 2 * 4));
+        assert_eq!(prefetch_steps(5, 128), (8 + 8) + (2 + 2));
         // d = 120, one head: one 64-column block and seven 8-column ones.
-        assert_eq!(prefetch_steps(1, 120), 2 * 15 + 8 * 4);
+        assert_eq!(prefetch_steps(1, 120), 2 + 8);
     }
 }
