@@ -67,11 +67,17 @@ fn prefetch_steps(g: usize, d: usize) -> usize {
         .step_by(4)
         .map(|h| {
             let heads = (g - h).min(4);
-            let width = 8 * acc_regs(heads);
-            let blocks = d / width + (d % width) / 8;
-            TILE / score_rows(heads) + blocks
+            TILE / score_rows(heads) + column_blocks(acc_regs(heads), d)
         })
         .sum()
+}
+
+/// Column blocks [`accumulate_rows`] walks with `regs` registers a head
+/// (`regs` even): blocks of `8 * regs` columns, then of 16, over the whole
+/// 16-column groups; then the last 8 columns where `d % 16 == 8`.
+const fn column_blocks(regs: usize, d: usize) -> usize {
+    let paired = d / 16 * 16;
+    paired / (8 * regs) + paired % (8 * regs) / 16 + (d % 16) / 8
 }
 
 /// Runs one work item (see `kernel::attend`) and returns true; returns false,
@@ -96,6 +102,16 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
     if !shapes_fit {
         return false;
     }
+    // The loops read bf16 in pair order (see `load_half`): the queries and the
+    // accumulators go into it for the item, and the accumulators back out.
+    let paired = kv == Elt::Bf16;
+    scratch.q.clear();
+    scratch.q.extend_from_slice(work.q);
+    if paired {
+        to_pair_order(&mut scratch.q, d);
+        to_pair_order(&mut state.acc, d);
+    }
+    let (queries, scores) = (&scratch.q, &mut scratch.s);
     let row_bytes = d * kv.size();
     let steps = heads * prefetch_steps(g, d);
     let mut slots = [0usize; TILE];
@@ -123,16 +139,43 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
             for r in n..TILE {
                 k_rows[r] = k_rows[0];
             }
-            let q = &work.q[kh * g * d..(kh + 1) * g * d];
+            let q = &queries[kh * g * d..(kh + 1) * g * d];
             let m = &mut state.m[kh * g..(kh + 1) * g];
             let l = &mut state.l[kh * g..(kh + 1) * g];
             let acc = &mut state.acc[kh * g * d..(kh + 1) * g * d];
-            tile(kv, q, m, l, acc, &mut scratch.s[..g * TILE], &k_rows, &v_rows[..n], d, &mut pf);
+            tile(kv, q, m, l, acc, &mut scores[..g * TILE], &k_rows, &v_rows[..n], d, &mut pf);
         }
         pf.finish();
         t0 += n;
     }
+    if paired {
+        from_pair_order(&mut state.acc, d);
+    }
     true
+}
+
+/// Puts each row of `x` (`[_, d]`) into pair order: each whole 16-element
+/// group as its 8 even-indexed elements, then its 8 odd-indexed ones; a last
+/// 8 (`d % 16 == 8`) stays as it is.
+fn to_pair_order(x: &mut [f32], d: usize) {
+    for group in x.chunks_exact_mut(d).flat_map(|row| row.chunks_exact_mut(16)) {
+        let natural: [f32; 16] = std::array::from_fn(|i| group[i]);
+        for i in 0..8 {
+            group[i] = natural[2 * i];
+            group[8 + i] = natural[2 * i + 1];
+        }
+    }
+}
+
+/// Undoes [`to_pair_order`].
+fn from_pair_order(x: &mut [f32], d: usize) {
+    for group in x.chunks_exact_mut(d).flat_map(|row| row.chunks_exact_mut(16)) {
+        let paired: [f32; 16] = std::array::from_fn(|i| group[i]);
+        for i in 0..8 {
+            group[2 * i] = paired[i];
+            group[2 * i + 1] = paired[8 + i];
+        }
+    }
 }
 
 /// One tile of one KV head: the scores of its `g` query heads (`q`, `[g,
@@ -269,20 +312,16 @@ unsafe fn scores_heads<const E: u8, const H: usize, const R: usize>(
     for r0 in (0..TILE).step_by(R) {
         let mut a = [[_mm256_setzero_ps(); R]; H];
         let mut c = 0;
-        while c + 8 <= d {
-            // SAFETY: `c + 8 <= d`: head `h`'s chunk ends at `h * d + c + 8 <=
-            // H * d <= q.len()`; row `r0 + r < TILE` holds `d` elements.
-            let mut qv = [_mm256_setzero_ps(); H];
-            for (h, qv) in qv.iter_mut().enumerate() {
-                *qv = _mm256_loadu_ps(q.add(h * d + c));
-            }
-            for r in 0..R {
-                let k = load8::<E>(rows[r0 + r].as_ptr().add(c * size));
-                for h in 0..H {
-                    a[h][r] = _mm256_fmadd_ps(qv[h], k, a[h][r]);
-                }
-            }
-            c += 8;
+        while c + 16 <= d {
+            // SAFETY: `c + 16 <= d`: head `h`'s group ends at `h * d + c + 16
+            // <= H * d <= q.len()`; row `r0 + r < TILE` holds `d` elements.
+            score_chunk::<H, R>(&mut a, q.add(c), d, |r| load_half::<E, 0>(rows[r0 + r].as_ptr().add(c * size)));
+            score_chunk::<H, R>(&mut a, q.add(c + 8), d, |r| load_half::<E, 1>(rows[r0 + r].as_ptr().add(c * size)));
+            c += 16;
+        }
+        if c + 8 <= d {
+            // SAFETY: as above, for the last 8 elements `c .. c + 8 <= d`.
+            score_chunk::<H, R>(&mut a, q.add(c), d, |r| load8::<E>(rows[r0 + r].as_ptr().add(c * size)));
         }
         pf.step();
         let mut flat = [_mm256_setzero_ps(); 8];
@@ -296,6 +335,35 @@ unsafe fn scores_heads<const E: u8, const H: usize, const R: usize>(
         _mm256_storeu_ps(sums.as_mut_ptr(), transpose_sum(&flat));
         for h in 0..H {
             out[h * TILE + r0..h * TILE + r0 + R].copy_from_slice(&sums[h * R..(h + 1) * R]);
+        }
+    }
+}
+
+/// One 8-element chunk of [`scores_heads`]: `a[h][r] += q_h * k_r` for the
+/// `H` heads (head `h`'s chunk at `q + h * d`) and the `R` rows' chunks
+/// `k(r)`.
+///
+/// # Safety
+/// Every head's chunk must be readable at `q + h * d`; the CPU must have
+/// AVX2, FMA and F16C.
+// `a[h][r]` indexed by both loops reads better than nested iterators here.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn score_chunk<const H: usize, const R: usize>(
+    a: &mut [[__m256; R]; H],
+    q: *const f32,
+    d: usize,
+    k: impl Fn(usize) -> __m256,
+) {
+    let mut qv = [_mm256_setzero_ps(); H];
+    for (h, qv) in qv.iter_mut().enumerate() {
+        *qv = _mm256_loadu_ps(q.add(h * d));
+    }
+    for r in 0..R {
+        let k = k(r);
+        for h in 0..H {
+            a[h][r] = _mm256_fmadd_ps(qv[h], k, a[h][r]);
         }
     }
 }
@@ -338,6 +406,31 @@ unsafe fn load8<const E: u8>(src: *const u8) -> __m256 {
     }
 }
 
+/// Half `HALF` of the 16 elements of kind `E` at `src`, as f32, in pair
+/// order: for bf16, the 8 even-indexed elements (`HALF` 0) or the 8
+/// odd-indexed ones (`HALF` 1), each one load and one shift or mask where
+/// [`load8`] takes a widening load and a shift; for f16 and f32, elements
+/// `8 * HALF .. 8 * HALF + 8`, pair order being the natural one.
+///
+/// # Safety
+/// `src` must be valid for reading 16 elements; the CPU must have AVX2 and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn load_half<const E: u8, const HALF: usize>(src: *const u8) -> __m256 {
+    if E != BF16 {
+        let size = if E == F32 { 4 } else { 2 };
+        return load8::<E>(src.add(8 * HALF * size));
+    }
+    let pairs = _mm256_loadu_si256(src as *const __m256i);
+    // Each 32-bit lane holds an even element (low half) and an odd one (high
+    // half); bf16 is the top half of an f32.
+    if HALF == 0 {
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(pairs))
+    } else {
+        _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(0xffff_0000_u32 as i32)))
+    }
+}
+
 /// `acc[h][j] += sum_i p[h][i] * v_i[j]` for the `H` heads of `acc`
 /// (`[H, d]`) and `p` (`[H, TILE]`), over the rows `v_i` (raw elements of
 /// kind `E`, at least `d` each), `8 * C` columns at a time.
@@ -359,18 +452,25 @@ unsafe fn accumulate_rows<const E: u8, const H: usize, const C: usize>(
     {
         return;
     }
+    // Whole 16-column groups (in pair order), then the last 8 columns.
+    let paired = d / 16 * 16;
     let mut c = 0;
-    while c + 8 * C <= d {
+    while c + 8 * C <= paired {
         accumulate_rows_block::<E, H, C>(acc, p, rows, d, c, pf);
         c += 8 * C;
     }
-    while c + 8 <= d {
+    while c + 16 <= paired {
+        accumulate_rows_block::<E, H, 2>(acc, p, rows, d, c, pf);
+        c += 16;
+    }
+    if c + 8 <= d {
         accumulate_rows_block::<E, H, 1>(acc, p, rows, d, c, pf);
-        c += 8;
     }
 }
 
-/// Columns `c .. c + 8 * C` of [`accumulate_rows`], in `H * C` registers.
+/// Columns `c .. c + 8 * C` of [`accumulate_rows`], in `H * C` registers:
+/// whole 16-column groups in pair order (`C` even, `c` a multiple of 16), or
+/// the last 8 columns (`C` 1).
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C, and the lengths must be as
@@ -409,7 +509,13 @@ unsafe fn accumulate_rows_block<const E: u8, const H: usize, const C: usize>(
         }
         let src = row.as_ptr().add(c * size);
         for j in 0..C {
-            let v = load8::<E>(src.add(8 * j * size));
+            // Register `j` holds half `j % 2` of a 16-column group; one
+            // register alone is the last 8 columns, in natural order.
+            let v = match (C, j % 2) {
+                (1, _) => load8::<E>(src),
+                (_, 0) => load_half::<E, 0>(src.add(8 * j * size)),
+                _ => load_half::<E, 1>(src.add(8 * (j - 1) * size)),
+            };
             for h in 0..H {
                 a[h][j] = _mm256_fmadd_ps(pb[h], v, a[h][j]);
             }
@@ -513,9 +619,17 @@ mod tests {
         for (r, row) in k_rows.iter_mut().enumerate() {
             *row = &bytes[r * d * size..(r + 1) * d * size];
         }
+        // The loops take bf16 rows with the queries and accumulators in pair order.
+        let pair = |x: &[f32]| {
+            let mut x = x.to_vec();
+            if E == BF16 {
+                to_pair_order(&mut x, d);
+            }
+            x
+        };
         let mut s = vec![f32::NAN; H * TILE];
         // SAFETY: the features were detected by the caller.
-        unsafe { scores_heads::<E, H, R>(&q, &k_rows, d, &mut s, &mut TilePrefetch::none()) };
+        unsafe { scores_heads::<E, H, R>(&pair(&q), &k_rows, d, &mut s, &mut TilePrefetch::none()) };
         for (i, &s) in s.iter().enumerate() {
             let (h, r) = (i / TILE, i % TILE);
             let exact: f64 = (0..d).map(|j| q[h * d + j] as f64 * k[r * d + j] as f64).sum();
@@ -527,12 +641,16 @@ mod tests {
         let bytes = dtype::encode(dtype, &v);
         let v = dtype::decode(dtype, &bytes);
         let rows: Vec<&[u8]> = bytes.chunks_exact(d * size).collect();
-        let mut acc = vec![0.5f32; H * d];
+        let mut acc = pair(&(0..H * d).map(|i| 0.5 + i as f32 * 1e-3).collect::<Vec<_>>());
         // SAFETY: the features were detected by the caller.
         unsafe { accumulate_rows::<E, H, C>(&mut acc, &p, &rows, d, &mut TilePrefetch::none()) };
+        if E == BF16 {
+            from_pair_order(&mut acc, d);
+        }
         for (i, &a) in acc.iter().enumerate() {
             let (h, j) = (i / d, i % d);
-            let exact: f64 = 0.5 + (0..13).map(|r| p[h * TILE + r] as f64 * v[r * d + j] as f64).sum::<f64>();
+            let start = 0.5 + (h * d + j) as f32 * 1e-3;
+            let exact: f64 = start as f64 + (0..13).map(|r| p[h * TILE + r] as f64 * v[r * d + j] as f64).sum::<f64>();
             assert!((a as f64 - exact).abs() < 1e-4, "{dtype} d={d} H={H} head {h} column {j}: {a} vs {exact}");
         }
     }
@@ -552,6 +670,37 @@ mod tests {
     }
 
     #[test]
+    fn pair_order_is_what_load_half_reads_and_undoes() {
+        if !have() {
+            return;
+        }
+        for &d in decode_attn_core::shape::SUPPORTED_HEAD_DIMS {
+            // Small integers: exact in bf16.
+            let x: Vec<f32> = (0..2 * d).map(|i| (i % 97) as f32 - 7.0).collect();
+            let bytes = dtype::encode(DType::Bf16, &x);
+            let mut paired = x.clone();
+            to_pair_order(&mut paired, d);
+            for row in 0..2 {
+                for c in (0..d / 16 * 16).step_by(16) {
+                    let mut halves = [[0.0f32; 8]; 2];
+                    let src = bytes[(row * d + c) * 2..].as_ptr();
+                    // SAFETY: the features were detected above; 16 bf16 lie at `src`.
+                    unsafe {
+                        _mm256_storeu_ps(halves[0].as_mut_ptr(), load_half::<BF16, 0>(src));
+                        _mm256_storeu_ps(halves[1].as_mut_ptr(), load_half::<BF16, 1>(src));
+                    }
+                    let expected = &paired[row * d + c..row * d + c + 16];
+                    assert_eq!(halves.concat(), expected, "d={d} row {row} group {c}");
+                }
+                // A last 8 stays in natural order.
+                assert_eq!(paired[row * d + d / 16 * 16..(row + 1) * d], x[row * d + d / 16 * 16..(row + 1) * d]);
+            }
+            from_pair_order(&mut paired, d);
+            assert_eq!(paired, x, "d={d}");
+        }
+    }
+
+    #[test]
     fn prefetch_steps_count_the_steps_a_tile_makes() {
         // A step per pass of `score_rows` rows and per block of columns.
         // Four heads, d = 128: 8 passes of 2 rows, 8 blocks of 16 columns.
@@ -559,7 +708,8 @@ mod tests {
         // Five heads: a group of four, then one (2 passes of 8 rows, two
         // 64-column blocks).
         assert_eq!(prefetch_steps(5, 128), (8 + 8) + (2 + 2));
-        // d = 120, one head: one 64-column block and seven 8-column ones.
-        assert_eq!(prefetch_steps(1, 120), 2 + 8);
+        // d = 120, one head: one 64-column block, three 16-column ones and
+        // the last 8 columns.
+        assert_eq!(prefetch_steps(1, 120), 2 + 5);
     }
 }

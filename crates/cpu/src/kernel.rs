@@ -269,11 +269,13 @@ pub(crate) struct Scratch {
     pub k: Vec<f32>,
     pub v: Vec<f32>,
     pub s: Vec<f32>,
+    /// The item's queries in the order a SIMD loop reads them (sized by it).
+    pub q: Vec<f32>,
 }
 
 impl Scratch {
     pub(crate) fn new(g: usize, head_dim: usize) -> Scratch {
-        Scratch { k: vec![0.0; TILE * head_dim], v: vec![0.0; TILE * head_dim], s: vec![0.0; g * TILE] }
+        Scratch { k: vec![0.0; TILE * head_dim], v: vec![0.0; TILE * head_dim], s: vec![0.0; g * TILE], q: Vec::new() }
     }
 }
 
