@@ -1,10 +1,11 @@
 //! Hand-run bandwidth check of the CPU backend (not a test):
 //!
 //! ```text
-//! cargo run --release -p decode-attn-cpu --example cpu_speed [-- [--threads N] [--dtype DT] [SEQ_LEN...]]
+//! cargo run --release -p decode-attn-cpu --example cpu_speed [-- [--threads N] [--dtype DT] [--heads Q/KV] [SEQ_LEN...]]
 //! ```
 //!
-//! Decodes a llama3-8b layer (32 query heads, 8 KV heads, d 128, bf16, B = 1)
+//! Decodes a llama3-8b layer (32 query heads, 8 KV heads, d 128, B = 1; `--heads
+//! 8/1` makes it llama3-70b's at TP=8) in bf16, f16 and f32
 //! under several policies and prints the KV streaming rate against the
 //! machine's copy bandwidth (bytes read plus written, as `bench` counts it).
 
@@ -18,11 +19,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut lens: Vec<u32> = Vec::new();
     let mut threads = None;
     let mut dtypes = vec![DType::Bf16, DType::F16, DType::F32];
+    let (mut num_q_heads, mut num_kv_heads) = (32, 8);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--threads" => threads = Some(args.next().ok_or("--threads N")?.parse()?),
             "--dtype" => dtypes = vec![args.next().ok_or("--dtype DT")?.parse()?],
+            "--heads" => {
+                let heads = args.next().ok_or("--heads Q/KV")?;
+                let (q, kv) = heads.split_once('/').ok_or("--heads Q/KV")?;
+                (num_q_heads, num_kv_heads) = (q.parse()?, kv.parse()?);
+            }
             _ => lens.push(arg.parse()?),
         }
     }
@@ -40,7 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for &dtype in &dtypes {
         for &s in &lens {
             let problem = DecodeProblem::new(
-                AttentionShape::new(32, 8, 128)?,
+                AttentionShape::new(num_q_heads, num_kv_heads, 128)?,
                 DTypes::uniform(dtype),
                 KvLayout::block_table(16),
                 vec![s],

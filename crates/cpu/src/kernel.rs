@@ -1,15 +1,18 @@
 //! The hot loop: one work item `(sequence, KV heads, split)` over its token
 //! range, for all `g` query heads of each of its consecutive KV heads (GQA
 //! packing: each K and V row is read and decoded once, then used by every
-//! head of the group). The AVX-512 loop serves the item's KV heads tile by
-//! tile, so it walks each slot's rows of all of them as one contiguous run;
-//! the other paths serve them one KV head at a time.
+//! head of the group). The SIMD loops (`avx2.rs`, `avx512.rs`) serve the
+//! item's KV heads tile by tile, so they walk each slot's rows of all of them
+//! as one contiguous run; the portable loop serves them one KV head at a
+//! time, a chunk of tokens at a time.
 //!
-//! Tokens go 16 at a time (one tile, [`TILE_TOKENS`]): the tile's K rows are
-//! decoded into an f32 scratch tile, `g * 16` scores are taken, the online
-//! softmax state (running max `m` in log2 units, sum `l`, unnormalised `acc`)
-//! is rescaled once per tile, and the V tile is accumulated with the
-//! accumulator columns held in registers across the tile's 16 rows.
+//! Tokens go 16 at a time (one tile, [`TILE_TOKENS`]): `g * 16` scores are
+//! taken (the portable loop first decodes the tile's K rows into an f32
+//! scratch tile; the SIMD loops decode each chunk of a row into a register),
+//! the online softmax state (running max `m` in log2 units, sum `l`,
+//! unnormalised `acc`) is rescaled once per tile, and the V tile is
+//! accumulated with the accumulator columns held in registers across the
+//! tile's 16 rows.
 //!
 //! This file holds the portable loop (plain loops over fixed-width chunks that
 //! LLVM vectorises), the element conversions, the softmax `exp2`, and the
