@@ -11,7 +11,11 @@
 //!   tile's end masked out;
 //! * V rows read straight from the cache, each 8-element chunk decoded once
 //!   into a register and accumulated into up to four heads at a time, 16
-//!   columns per head held in registers over the tile's rows (64 for one head).
+//!   columns per head held in registers over the tile's rows (64 for one head);
+//! * bf16 rows read in pair order (see [`load_half`]): a 16-element group as
+//!   its 8 even elements, then its 8 odd ones, a load and a shift or a mask
+//!   each; the item's queries and accumulators are put into that order for
+//!   the item and the accumulators back out of it.
 //!
 //! Tile by tile, every KV head of the work item is served in turn, so the item
 //! walks its slots' rows of all its heads (one contiguous run per slot) rather
