@@ -17,11 +17,12 @@
 //!   each; the item's queries and accumulators are put into that order for
 //!   the item and the accumulators back out of it.
 //!
-//! Tile by tile, every KV head of the work item is served in turn, so the item
-//! walks its slots' rows of all its heads (one contiguous run per slot) rather
-//! than one head's rows at a stride of a whole slot; the rows of the tile
-//! [`PREFETCH_TILES`] ahead are asked for a cache line at a time from inside
-//! the arithmetic, so that memory and compute overlap.
+//! The work item is walked by `kernel::for_each_head_tile`, as `avx512.rs`'s
+//! is: tile by tile, every KV head in turn, so the item reads its slots' rows
+//! of all its heads (one contiguous run per slot) rather than one head's rows
+//! at a stride of a whole slot; the rows of the tile [`PREFETCH_TILES`] ahead
+//! are asked for a few cache lines at a time from inside the arithmetic, so
+//! that memory and compute overlap.
 //!
 //! Every pointer read or written comes from a slice whose length is checked
 //! first (see each `SAFETY` comment); the only other requirement of the
@@ -93,65 +94,27 @@ const fn column_blocks(regs: usize, d: usize) -> usize {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) -> bool {
     let d = work.head_dim;
-    let heads = work.kv_heads;
-    let g = state.m.len().checked_div(heads).unwrap_or(0);
-    let shapes_fit = fits(d)
-        && heads > 0
-        && g > 0
-        && state.m.len() == heads * g
-        && work.q.len() == heads * g * d
-        && state.acc.len() == heads * g * d
-        && state.l.len() == heads * g
-        && scratch.s.len() >= g * TILE;
-    if !shapes_fit {
+    let Some(g) = kernel::item_group(work, state, scratch).filter(|_| fits(d)) else {
         return false;
-    }
+    };
     // The loops read bf16 in pair order (see `load_half`): the queries and the
     // accumulators go into it for the item, and the accumulators back out.
     let paired = kv == Elt::Bf16;
-    scratch.q.clear();
-    scratch.q.extend_from_slice(work.q);
-    if paired {
+    let queries = if paired {
+        scratch.q.clear();
+        scratch.q.extend_from_slice(work.q);
         to_pair_order(&mut scratch.q, d);
         to_pair_order(&mut state.acc, d);
-    }
-    let (queries, scores) = (&scratch.q, &mut scratch.s);
-    let row_bytes = d * kv.size();
-    let steps = heads * prefetch_steps(g, d);
-    let mut slots = [0usize; TILE];
-    for ahead in 0..PREFETCH_TILES {
-        TilePrefetch::new(work, kv.size(), work.start + ahead * TILE, 1).finish();
-    }
-    let mut t0 = work.start;
-    while t0 < work.end {
-        let n = TILE.min(work.end - t0);
-        let mut pf = TilePrefetch::new(work, kv.size(), t0 + PREFETCH_TILES * TILE, steps);
-        let slots = &mut slots[..n];
-        work.slots.fill(t0, slots);
-        for kh in 0..heads {
-            let head_offset = (work.kv_head + kh) * d;
-            // The tile's K and V rows of this KV head, straight from the
-            // cache. Rows past a partial tile's end repeat row 0: computed,
-            // then masked out.
-            let mut k_rows: [&[u8]; TILE] = [&[]; TILE];
-            let mut v_rows: [&[u8]; TILE] = [&[]; TILE];
-            for (r, &slot) in slots.iter().enumerate() {
-                let offset = (slot * work.slot_elems + head_offset) * kv.size();
-                k_rows[r] = &work.k[offset..offset + row_bytes];
-                v_rows[r] = &work.v[offset..offset + row_bytes];
-            }
-            for r in n..TILE {
-                k_rows[r] = k_rows[0];
-            }
-            let q = &queries[kh * g * d..(kh + 1) * g * d];
-            let m = &mut state.m[kh * g..(kh + 1) * g];
-            let l = &mut state.l[kh * g..(kh + 1) * g];
-            let acc = &mut state.acc[kh * g * d..(kh + 1) * g * d];
-            tile(kv, q, m, l, acc, &mut scores[..g * TILE], &k_rows, &v_rows[..n], d, &mut pf);
-        }
-        pf.finish();
-        t0 += n;
-    }
+        &scratch.q
+    } else {
+        work.q
+    };
+    let scores = &mut scratch.s[..g * TILE];
+    let steps = work.kv_heads * prefetch_steps(g, d);
+    kernel::for_each_head_tile(kv, work, queries, state, PREFETCH_TILES, steps, |t, pf| {
+        // SAFETY: `attend`'s caller guarantees AVX2, FMA and F16C.
+        unsafe { tile(kv, t.q, t.m, t.l, t.acc, scores, t.k_rows, t.v_rows, d, pf) }
+    });
     if paired {
         from_pair_order(&mut state.acc, d);
     }

@@ -29,30 +29,17 @@ pub(crate) fn fits(head_dim: usize) -> bool {
 
 /// Runs one work item (see `kernel::attend`) and returns true; returns false,
 /// touching nothing, where the shapes do not fit (a head dim that is not a
-/// multiple of 16, lengths that disagree). Tile by tile, every KV head of the item is served in turn, so
-/// the item walks its slots' rows of all its heads (one contiguous run per
-/// slot, and per block of slots) rather than one head's rows at a stride.
+/// multiple of 16, lengths that disagree). The item is walked by
+/// `kernel::for_each_head_tile`: tile by tile, every KV head in turn.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2, FMA and F16C.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) -> bool {
     let d = work.head_dim;
-    let heads = work.kv_heads;
-    let g = state.m.len().checked_div(heads).unwrap_or(0);
-    let shapes_fit = fits(d)
-        && heads > 0
-        && g > 0
-        && state.m.len() == heads * g
-        && work.q.len() == heads * g * d
-        && state.acc.len() == heads * g * d
-        && state.l.len() == heads * g
-        && scratch.s.len() >= g * TILE;
-    if !shapes_fit {
+    let Some(g) = kernel::item_group(work, state, scratch).filter(|_| fits(d)) else {
         return false;
-    }
-    let row_bytes = d * kv.size();
-    let mut slots = [0usize; TILE];
+    };
     // Prefetch steps per tile: one per K chunk of each row group of each group
     // of heads scored, one per four rows of each column block of each group
     // of heads accumulated, for each KV head.
@@ -65,40 +52,12 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
             _ => 4,
         })
         .sum();
-    let steps = heads * (score_passes * (d / 16) + g.div_ceil(4) * blocks * (TILE / 4));
-    for ahead in 0..PREFETCH_TILES {
-        TilePrefetch::new(work, kv.size(), work.start + ahead * TILE, 1).finish();
-    }
-    let mut t0 = work.start;
-    while t0 < work.end {
-        let n = TILE.min(work.end - t0);
-        let mut pf = TilePrefetch::new(work, kv.size(), t0 + PREFETCH_TILES * TILE, steps);
-        let slots = &mut slots[..n];
-        work.slots.fill(t0, slots);
-        for kh in 0..heads {
-            let head_offset = (work.kv_head + kh) * d;
-            // The tile's K and V rows of this KV head, straight from the
-            // cache. Rows past a partial tile's end repeat row 0: computed,
-            // then masked out.
-            let mut k_rows: [&[u8]; TILE] = [&[]; TILE];
-            let mut v_rows: [&[u8]; TILE] = [&[]; TILE];
-            for (r, &slot) in slots.iter().enumerate() {
-                let offset = (slot * work.slot_elems + head_offset) * kv.size();
-                k_rows[r] = &work.k[offset..offset + row_bytes];
-                v_rows[r] = &work.v[offset..offset + row_bytes];
-            }
-            for r in n..TILE {
-                k_rows[r] = k_rows[0];
-            }
-            let q = &work.q[kh * g * d..(kh + 1) * g * d];
-            let m = &mut state.m[kh * g..(kh + 1) * g];
-            let l = &mut state.l[kh * g..(kh + 1) * g];
-            let acc = &mut state.acc[kh * g * d..(kh + 1) * g * d];
-            tile(kv, q, m, l, acc, &mut scratch.s[..g * TILE], &k_rows, &v_rows[..n], d, &mut pf);
-        }
-        pf.finish();
-        t0 += n;
-    }
+    let steps = work.kv_heads * (score_passes * (d / 16) + g.div_ceil(4) * blocks * (TILE / 4));
+    let scores = &mut scratch.s[..g * TILE];
+    kernel::for_each_head_tile(kv, work, work.q, state, PREFETCH_TILES, steps, |t, pf| {
+        // SAFETY: `attend`'s caller guarantees AVX-512F, AVX2, FMA and F16C.
+        unsafe { tile(kv, t.q, t.m, t.l, t.acc, scores, t.k_rows, t.v_rows, d, pf) }
+    });
     true
 }
 

@@ -346,10 +346,7 @@ pub(crate) fn attend(isa: Isa, kv: Elt, work: &Work<'_>, state: &mut State, scra
         // and F16C were detected, all `avx512::attend` and `avx2::attend`
         // require.
         Isa::Avx512(_) => unsafe {
-            if crate::avx512::fits(work.head_dim) && crate::avx512::attend(kv, work, state, scratch) {
-                return;
-            }
-            if crate::avx2::fits(work.head_dim) && crate::avx2::attend(kv, work, state, scratch) {
+            if crate::avx512::attend(kv, work, state, scratch) || crate::avx2::attend(kv, work, state, scratch) {
                 return;
             }
         },
@@ -357,7 +354,7 @@ pub(crate) fn attend(isa: Isa, kv: Elt, work: &Work<'_>, state: &mut State, scra
         // `Isa::detect` found AVX2, FMA and F16C on this CPU, which is all
         // `avx2::attend` requires.
         Isa::Avx2(_) => unsafe {
-            if crate::avx2::fits(work.head_dim) && crate::avx2::attend(kv, work, state, scratch) {
+            if crate::avx2::attend(kv, work, state, scratch) {
                 return;
             }
         },
@@ -505,6 +502,91 @@ pub(crate) fn prefetch(bytes: &[u8], offset: usize, len: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (bytes, offset, len);
+}
+
+/// The query-head group size `g` of a work item for the SIMD loops, where
+/// the lengths of `work`, `state` and `scratch` agree with it.
+pub(crate) fn item_group(work: &Work<'_>, state: &State, scratch: &Scratch) -> Option<usize> {
+    let (heads, d) = (work.kv_heads, work.head_dim);
+    let g = state.m.len().checked_div(heads)?;
+    let fits = g > 0
+        && state.m.len() == heads * g
+        && work.q.len() == heads * g * d
+        && state.acc.len() == heads * g * d
+        && state.l.len() == heads * g
+        && scratch.s.len() >= g * TILE;
+    fits.then_some(g)
+}
+
+/// What one KV head of one tile hands a SIMD loop: its `g` query heads'
+/// queries (`[g, d]`) and online-softmax state, the tile's K rows (rows past
+/// a partial tile's end repeat row 0: computed, then masked out) and its
+/// valid V rows, straight from the cache.
+pub(crate) struct HeadTile<'t, 'a> {
+    pub q: &'t [f32],
+    pub m: &'t mut [f32],
+    pub l: &'t mut [f32],
+    pub acc: &'t mut [f32],
+    pub k_rows: &'t [&'a [u8]; TILE],
+    pub v_rows: &'t [&'a [u8]],
+}
+
+/// The SIMD loops' walk over a work item whose lengths [`item_group`]
+/// accepted: tile by tile, every KV head in turn, so the item reads
+/// its slots' rows of all its heads (one contiguous run per slot) rather than
+/// one head's rows at a stride of a whole slot. `queries` are the item's
+/// (`[kv_heads * g, d]`, in the order the loop reads them). The rows of the
+/// tile `prefetch_tiles` ahead are handed out over the `steps` steps the loop
+/// makes per tile.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[inline(always)]
+pub(crate) fn for_each_head_tile<'a>(
+    kv: Elt,
+    work: &Work<'a>,
+    queries: &[f32],
+    state: &mut State,
+    prefetch_tiles: usize,
+    steps: usize,
+    mut head_tile: impl FnMut(HeadTile<'_, 'a>, &mut TilePrefetch<'a>),
+) {
+    let d = work.head_dim;
+    let g = state.m.len() / work.kv_heads.max(1);
+    let row_bytes = d * kv.size();
+    let mut slots = [0usize; TILE];
+    for ahead in 0..prefetch_tiles {
+        TilePrefetch::new(work, kv.size(), work.start + ahead * TILE, 1).finish();
+    }
+    let mut t0 = work.start;
+    while t0 < work.end {
+        let n = TILE.min(work.end - t0);
+        let mut pf = TilePrefetch::new(work, kv.size(), t0 + prefetch_tiles * TILE, steps);
+        let slots = &mut slots[..n];
+        work.slots.fill(t0, slots);
+        for kh in 0..work.kv_heads {
+            let head_offset = (work.kv_head + kh) * d;
+            let mut k_rows: [&[u8]; TILE] = [&[]; TILE];
+            let mut v_rows: [&[u8]; TILE] = [&[]; TILE];
+            for (r, &slot) in slots.iter().enumerate() {
+                let offset = (slot * work.slot_elems + head_offset) * kv.size();
+                k_rows[r] = &work.k[offset..offset + row_bytes];
+                v_rows[r] = &work.v[offset..offset + row_bytes];
+            }
+            for r in n..TILE {
+                k_rows[r] = k_rows[0];
+            }
+            let tile = HeadTile {
+                q: &queries[kh * g * d..(kh + 1) * g * d],
+                m: &mut state.m[kh * g..(kh + 1) * g],
+                l: &mut state.l[kh * g..(kh + 1) * g],
+                acc: &mut state.acc[kh * g * d..(kh + 1) * g * d],
+                k_rows: &k_rows,
+                v_rows: &v_rows[..n],
+            };
+            head_tile(tile, &mut pf);
+        }
+        pf.finish();
+        t0 += n;
+    }
 }
 
 /// The cache lines of one future tile's K and V rows, handed out a few at a
