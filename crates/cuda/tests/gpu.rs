@@ -340,7 +340,9 @@ fn merge_attn_states_matches_the_host_merge() {
 fn graph_timing_reports_a_positive_time() {
     let Some(backend) = backend(KernelSource::Auto) else { return };
     let gbps = backend.copy_bandwidth_gbps(256 << 20).unwrap();
-    assert!(gbps > 100.0, "device-to-device copy at {gbps} GB/s is not a GPU copy");
+    // No speed floor: how fast is the benchmarks' business, and under
+    // compute-sanitizer the copy runs at a few per cent of its speed.
+    assert!(gbps.is_finite() && gbps > 0.0, "device-to-device copy timed at {gbps} GB/s");
 }
 
 #[test]
