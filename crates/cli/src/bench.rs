@@ -173,9 +173,9 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
     let copy_bytes = if gpu { 1 << 30 } else { 256 * MIB };
     let copy_gbps = backend.copy_bandwidth_gbps(copy_bytes)?;
     outln!(
-        "# {}; copy {:.2} TB/s (read + write, {} MiB copies); dtype {}, {}",
+        "# {}; copy {} (read + write, {} MiB copies); dtype {}, {}",
         backend.describe(),
-        copy_gbps / 1e3,
+        bandwidth(copy_gbps),
         copy_bytes / MIB,
         args.dtype,
         args.layout
@@ -277,6 +277,20 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
         );
     }
     outln!("# {} shapes in {:.1} s", shapes.len(), started.elapsed().as_secs_f64());
+    // The copy again, so that a machine whose speed moved during the run (a
+    // shared CPU) shows it: %copy above is against the figure of the start.
+    let end_gbps = backend.copy_bandwidth_gbps(copy_bytes)?;
+    let drift = end_gbps / copy_gbps - 1.0;
+    outln!(
+        "# copy at the end {} ({:+.1}% of the start's){}",
+        bandwidth(end_gbps),
+        100.0 * drift,
+        if drift.abs() > 0.1 {
+            ": the machine's speed moved during the run; compare %copy across runs with care"
+        } else {
+            ""
+        }
+    );
     if failures > 0 {
         eprintln!(
             "error: {failures} run(s) failed: an error, or a relative error over {:.0e}",
@@ -285,6 +299,15 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A bandwidth in GB/s as TB/s on a GPU's scale, as GB/s on a CPU's.
+fn bandwidth(gbps: f64) -> String {
+    if gbps >= 1e3 {
+        format!("{:.2} TB/s", gbps / 1e3)
+    } else {
+        format!("{gbps:.1} GB/s")
+    }
 }
 
 /// Generates, checks and times one shape under each policy, calling `emit` per row.

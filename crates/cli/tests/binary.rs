@@ -107,6 +107,8 @@ fn bench_cold_times_behind_the_evictor_and_labels_its_rows() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "bench --cold failed:\n{stdout}{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.lines().any(|l| l.starts_with("# cold: each timed call right after an f32 decode")), "{stdout}");
+    // The copy is timed again at the end, so that drift during the run shows.
+    assert!(stdout.lines().any(|l| l.starts_with("# copy at the end ")), "{stdout}");
     let rows = std::fs::read_to_string(&csv).expect("the CSV was written");
     let _ = std::fs::remove_file(&csv);
     let row: Vec<&str> = rows.lines().nth(1).unwrap_or_else(|| panic!("no row:\n{rows}")).split(',').collect();
