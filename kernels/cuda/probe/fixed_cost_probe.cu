@@ -26,6 +26,7 @@
 namespace cg = cooperative_groups;
 
 #include "probe_check.h"
+#include "probe_timing.h"
 
 constexpr int THREADS = 128;
 constexpr int HEAD_DIM = 128;
@@ -226,33 +227,6 @@ static void launch_call(cudaStream_t st, const Config& c, Args a, bool pdl_reduc
     }
 }
 
-// Microseconds per call: a graph of one call per copy, replayed.
-template <typename F>
-static double time_graph(cudaStream_t st, int calls, F record_call) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    PROBE_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < calls; ++i) record_call(i);
-    PROBE_CHECK(cudaStreamEndCapture(st, &graph));
-    PROBE_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t e0, e1;
-    PROBE_CHECK(cudaEventCreate(&e0));
-    PROBE_CHECK(cudaEventCreate(&e1));
-    for (int i = 0; i < 3; ++i) PROBE_CHECK(cudaGraphLaunch(exec, st));
-    const int reps = std::max(3, 2000 / calls);
-    PROBE_CHECK(cudaEventRecord(e0, st));
-    for (int i = 0; i < reps; ++i) PROBE_CHECK(cudaGraphLaunch(exec, st));
-    PROBE_CHECK(cudaEventRecord(e1, st));
-    PROBE_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    PROBE_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    PROBE_CHECK(cudaGraphExecDestroy(exec));
-    PROBE_CHECK(cudaGraphDestroy(graph));
-    PROBE_CHECK(cudaEventDestroy(e0));
-    PROBE_CHECK(cudaEventDestroy(e1));
-    return ms * 1000.0 / ((double)reps * calls);
-}
-
 int main() {
     cudaDeviceProp prop;
     PROBE_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -261,28 +235,7 @@ int main() {
     cudaStream_t st;
     PROBE_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
-    // The yardstick: device-to-device copy of 1 GiB, read + write.
-    const size_t copy_bytes = 1024 * MIB;
-    void *src, *dst;
-    PROBE_CHECK(cudaMalloc(&src, copy_bytes));
-    PROBE_CHECK(cudaMalloc(&dst, copy_bytes));
-    PROBE_CHECK(cudaMemset(src, 1, copy_bytes));
-    // On the stream, not in a graph (a graph's memcpy node is slower), as the bench does.
-    double copy_tbs = 0;
-    {
-        cudaEvent_t e0, e1;
-        PROBE_CHECK(cudaEventCreate(&e0));
-        PROBE_CHECK(cudaEventCreate(&e1));
-        PROBE_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, st));
-        PROBE_CHECK(cudaEventRecord(e0, st));
-        for (int i = 0; i < 10; ++i) PROBE_CHECK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, st));
-        PROBE_CHECK(cudaEventRecord(e1, st));
-        PROBE_CHECK(cudaEventSynchronize(e1));
-        float ms = 0;
-        PROBE_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        copy_tbs = 2.0 * copy_bytes * 10 / (ms * 1e-3) / 1e12;
-    }
-    PROBE_CHECK(cudaFree(dst));
+    const double copy_tbs = copy_tbs_1gib(st);
     printf("# %s, %d SMs; copy %.2f TB/s (1 GiB, read + write)\n", prop.name, prop.multiProcessorCount, copy_tbs);
 
     // Empty kernels in a graph: the launch floor per node.
