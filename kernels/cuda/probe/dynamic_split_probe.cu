@@ -8,9 +8,12 @@
 // memory so two CTAs share an SM, 8 KiB of 16-byte loads in flight per warp)
 // and assigns it one of these ways:
 //   static-warp  every warp a fixed contiguous share (a split per warp),
-//   static-cta   every CTA a fixed contiguous share, its warps interleaved
-//                (BROKEN in s22's run: its loads cover a quarter of the share,
-//                hence its 160-197% "of copy"; ignore that row),
+//   static-cta   every CTA a fixed contiguous share, its warps taking
+//                every WARPS-th batch of 8 KiB of it (as the merged kernel's
+//                warps take every 4th tile of a split). In s22's run this
+//                mode read only a quarter of each share (its loads were
+//                strided by WARPS inside a batch too): those rows, 160-197%
+//                "of copy", were wrong; fixed in s23,
 //   dyn          warps take chunks of `chunk` bytes from one counter; the
 //                counter is zeroed either by a memset node before each call
 //                (`memset`) or by the last warp to finish (`self`), and a
@@ -47,6 +50,7 @@ struct Args {
     bool self_reset;      // DYN: the last warp zeroes the counters (else a memset node does)
     unsigned* counter;    // [0] chunks claimed, [1] warps done
     unsigned* sink;
+    unsigned long long* loaded;  // COUNT launches: [0] words read, [1] the sum of their indices
 };
 
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
@@ -59,23 +63,41 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
 
 __device__ __forceinline__ size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
-// Words [begin, end) by one warp (stride 1) or by the CTA's warps
-// interleaved a batch each (stride WARPS).
-__device__ unsigned stream(const uint4* kv, size_t begin, size_t end, int lane_word, int stride) {
+// Words [begin, end) in batches of 32 * LOADS words (a load of every lane,
+// LOADS deep): by one warp, every batch (stride 1), or by one of the CTA's
+// warps, every stride-th batch from its own first (`lane_word` = the warp's
+// first batch plus its lane).
+// COUNT adds the lane's words read and the sum of their indices to
+// loaded[0] and loaded[1]: an untimed launch that checks the mode reads every
+// word once (a count alone misses a mode that reads some words four times
+// and others never, as static-cta did in s22).
+template <bool COUNT>
+__device__ unsigned stream(const uint4* kv, size_t begin, size_t end, int lane_word, int stride,
+                           unsigned long long* loaded) {
     unsigned x = 0;
+    unsigned long long words = 0, index_sum = 0;
     for (size_t i = begin + lane_word; i < end; i += (size_t)32 * LOADS * stride) {
         uint4 v[LOADS];
 #pragma unroll
         for (int u = 0; u < LOADS; ++u) {
-            const size_t j = i + (size_t)u * 32 * stride;
+            const size_t j = i + (size_t)u * 32;
             v[u] = j < end ? ld_stream(kv + j) : make_uint4(0, 0, 0, 0);
+            if (COUNT && j < end) {
+                words += 1;
+                index_sum += j;
+            }
         }
 #pragma unroll
         for (int u = 0; u < LOADS; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     }
+    if (COUNT) {
+        atomicAdd(&loaded[0], words);
+        atomicAdd(&loaded[1], index_sum);
+    }
     return x;
 }
 
+template <bool COUNT>
 __global__ void __launch_bounds__(THREADS, 2) stand_in(Args a) {
     extern __shared__ __align__(16) unsigned char smem[];  // occupancy only
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -84,11 +106,11 @@ __global__ void __launch_bounds__(THREADS, 2) stand_in(Args a) {
         const size_t warps = (size_t)gridDim.x * WARPS;
         const size_t per = (a.words + warps - 1) / warps;
         const size_t w = (size_t)blockIdx.x * WARPS + warp;
-        x = stream(a.kv, min_size(a.words, w * per), min_size(a.words, (w + 1) * per), lane, 1);
+        x = stream<COUNT>(a.kv, min_size(a.words, w * per), min_size(a.words, (w + 1) * per), lane, 1, a.loaded);
     } else if (a.mode == STATIC_CTA) {
         const size_t per = (a.words + gridDim.x - 1) / gridDim.x;
         const size_t begin = min_size(a.words, blockIdx.x * per), end = min_size(a.words, begin + per);
-        x = stream(a.kv, begin, end, warp * 32 * LOADS + lane, WARPS);
+        x = stream<COUNT>(a.kv, begin, end, warp * 32 * LOADS + lane, WARPS, a.loaded);
     } else {
         const unsigned chunks = (unsigned)((a.words + a.chunk_words - 1) / a.chunk_words);
         unsigned claim = lane == 0 ? atomicAdd(&a.counter[0], 1u) : 0u;
@@ -96,7 +118,7 @@ __global__ void __launch_bounds__(THREADS, 2) stand_in(Args a) {
         while (chunk < chunks) {
             if (a.ahead && lane == 0) claim = atomicAdd(&a.counter[0], 1u);
             const size_t begin = (size_t)chunk * a.chunk_words;
-            x ^= stream(a.kv, begin, min_size(a.words, begin + a.chunk_words), lane, 1);
+            x ^= stream<COUNT>(a.kv, begin, min_size(a.words, begin + a.chunk_words), lane, 1, a.loaded);
             if (!a.ahead && lane == 0) claim = atomicAdd(&a.counter[0], 1u);
             chunk = __shfl_sync(0xffffffffu, claim, 0);
         }
@@ -127,7 +149,8 @@ struct Config {
 int main() {
     cudaDeviceProp prop;
     PROBE_CHECK(cudaGetDeviceProperties(&prop, 0));
-    PROBE_CHECK(cudaFuncSetAttribute(stand_in, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    PROBE_CHECK(cudaFuncSetAttribute(stand_in<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    PROBE_CHECK(cudaFuncSetAttribute(stand_in<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
     cudaStream_t st;
     PROBE_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const int sms = prop.multiProcessorCount;
@@ -139,6 +162,8 @@ int main() {
     PROBE_CHECK(cudaMalloc(&counters, 2 * sizeof(unsigned)));
     PROBE_CHECK(cudaMemset(counters, 0, 2 * sizeof(unsigned)));
     PROBE_CHECK(cudaMalloc(&sink, sizeof(unsigned)));
+    unsigned long long* loaded;
+    PROBE_CHECK(cudaMalloc(&loaded, 2 * sizeof(unsigned long long)));
 
     const std::vector<Config> configs = {
         {"static-warp", STATIC_WARP, 2, 0, false, false},
@@ -165,11 +190,27 @@ int main() {
         for (int round = 0; round < 2; ++round) {
             for (const Config& c : configs) {
                 const int grid = sms * c.ctas_per_sm;
+                auto args = [&](int i) {
+                    return Args{reinterpret_cast<const uint4*>(pool + (size_t)i * bytes), bytes / 16, c.mode,
+                                c.chunk_kib * 1024 / 16, c.ahead, c.self_reset, counters, sink, loaded};
+                };
+                // Untimed: the mode reads every word of the buffer once.
+                PROBE_CHECK(cudaMemset(counters, 0, 2 * sizeof(unsigned)));
+                PROBE_CHECK(cudaMemset(loaded, 0, 2 * sizeof(unsigned long long)));
+                stand_in<true><<<grid, THREADS, SMEM_BYTES, st>>>(args(0));
+                PROBE_CHECK(cudaStreamSynchronize(st));
+                unsigned long long read[2];
+                PROBE_CHECK(cudaMemcpy(read, loaded, sizeof(read), cudaMemcpyDeviceToHost));
+                const unsigned long long words = bytes / 16;
+                if (read[0] != words || read[1] != words * (words - 1) / 2) {
+                    fprintf(stderr, "%s reads %llu words (index sum %llu) of %llu (sum %llu)\n", c.name, read[0],
+                            read[1], words, words * (words - 1) / 2);
+                    return 1;
+                }
+                PROBE_CHECK(cudaMemset(counters, 0, 2 * sizeof(unsigned)));
                 const double us = time_graph(st, copies, [&](int i) {
-                    Args a{reinterpret_cast<const uint4*>(pool + (size_t)i * bytes), bytes / 16, c.mode,
-                           c.chunk_kib * 1024 / 16, c.ahead, c.self_reset, counters, sink};
                     if (c.mode == DYN && !c.self_reset) PROBE_CHECK(cudaMemsetAsync(counters, 0, sizeof(unsigned), st));
-                    stand_in<<<grid, THREADS, SMEM_BYTES, st>>>(a);
+                    stand_in<false><<<grid, THREADS, SMEM_BYTES, st>>>(args(i));
                 });
                 // The counters are zero after every call (self) or zeroed before it (memset).
                 unsigned left[2];
