@@ -8,7 +8,7 @@
 //! Device addresses are `u64` (`CUdeviceptr`, `hipDeviceptr_t` on 64-bit
 //! hosts); null is 0. The backends pass these structs to the kernels by value.
 
-use crate::{CheckedArgs, DecodeArgs, KvIndexBuffers, KvLayout, Plan, Result};
+use crate::{CheckedArgs, DecodeArgs, Error, KvIndexBuffers, KvLayout, Plan, Result};
 
 /// `DECODE_LAYOUT_BLOCK_TABLE` and `DECODE_LAYOUT_TOKEN_INDICES`.
 pub const LAYOUT_BLOCK_TABLE: i32 = 0;
@@ -88,8 +88,13 @@ impl DecodeParams {
         let shape = problem.shape;
         let (layout, block_size, max_blocks_per_seq, block_table, kv_indptr, kv_indices) = match args.kv_index {
             KvIndexBuffers::BlockTable { table, max_blocks_per_seq } => {
+                // `DecodeArgs::check` refuses this mismatch; `CheckedArgs`
+                // can be built without it, so it is an error here too.
                 let KvLayout::BlockTable { kernel_block_size, .. } = problem.layout else {
-                    unreachable!("DecodeArgs::check matched the layouts")
+                    return Err(Error::PlanMismatch {
+                        planned: format!("{:?}", problem.layout),
+                        given: "a block table".to_string(),
+                    });
                 };
                 (LAYOUT_BLOCK_TABLE, kernel_block_size, max_blocks_per_seq, address(table, "block_table")?, 0, 0)
             }
@@ -138,7 +143,7 @@ mod tests {
 
     use super::*;
     use crate::backend::partial_state_bytes;
-    use crate::{AttentionShape, DType, DTypes, DecodeProblem, DeviceBuffer, DeviceProps, Error, Policy};
+    use crate::{AttentionShape, DType, DTypes, DecodeProblem, DeviceBuffer, DeviceProps, Policy};
 
     /// A buffer of `len` bytes at device address `base`.
     struct Fake {
@@ -205,6 +210,33 @@ mod tests {
             matches!(err, Error::WorkspaceTooSmall { needed, .. } if needed as u64 == plan.workspace_bytes),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn a_block_table_for_a_token_index_plan_is_an_error_not_a_panic() {
+        let shape = AttentionShape::new(8, 2, 64).unwrap();
+        let problem =
+            DecodeProblem::new(shape, DTypes::uniform(DType::F16), KvLayout::token_indices(1), vec![10]).unwrap();
+        let plan = crate::plan(&problem, Policy::Auto, &DeviceProps::gpu_like(132)).unwrap();
+        let buffer = |base: u64, len: usize| Fake { base, len };
+        let (q, k, v, lens, table) =
+            (buffer(1 << 40, 0), buffer(2 << 40, 0), buffer(3 << 40, 0), buffer(4 << 40, 0), buffer(5 << 40, 0));
+        let (mut out, mut workspace) = (buffer(6 << 40, 0), buffer(7 << 40, 0));
+        let args = DecodeArgs {
+            q: &q,
+            k_cache: &k,
+            v_cache: &v,
+            seq_lens: &lens,
+            kv_index: KvIndexBuffers::BlockTable { table: &table, max_blocks_per_seq: 1 },
+            workspace: &mut workspace,
+            out: &mut out,
+            softmax_scale: None,
+        };
+        // Built by hand: `args.check(&plan)` would refuse these arguments.
+        let checked = CheckedArgs { num_slots: 16, softmax_scale: 0.125, index_len: 1 };
+        let err = DecodeParams::new(&plan, &args, &checked, |b, _| Ok(b.base)).unwrap_err();
+        assert!(matches!(err, Error::PlanMismatch { .. }), "{err:?}");
+        assert!(args.check(&plan).is_err());
     }
 
     #[test]
