@@ -13,6 +13,13 @@ use crate::validate::{self, Index};
 
 const BACKEND: &str = "cpu";
 
+/// A call that reads at most this many bytes of K and V runs on the calling
+/// thread, one work item after another. Handing a call to the pool and
+/// waiting for it costs more than that much work: about 10-15 µs a call on
+/// the 2-core development machine, spent in the kernel's scheduler waking
+/// the workers and the caller (`perf`, docs/PERFORMANCE.md, s23).
+const INLINE_KV_BYTES: usize = 128 << 10;
+
 /// Host memory: the CPU backend's buffer type.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CpuBuffer(pub Vec<u8>);
@@ -269,6 +276,10 @@ impl DecodeAttention for CpuBackend {
             return Err(Error::WorkspaceTooSmall { needed, actual: args.workspace.len_bytes() });
         }
         let (seq_lens, index) = validate::validate(plan, args.seq_lens, &args.kv_index, &checked)?;
+        let tokens: usize = seq_lens.iter().map(|&s| s as usize).sum();
+        let kv_bytes = tokens * 2 * shape.num_kv_heads * shape.head_dim * kv_elt.size();
+        let threads = self.threads();
+        let parallel = threads > 1 && kv_bytes > INLINE_KV_BYTES;
 
         // An unsplit plan of fewer sequences than threads leaves threads idle:
         // the CPU cuts those sequences itself, into private splits of whole
@@ -276,8 +287,7 @@ impl DecodeAttention for CpuBackend {
         // workspace of its own. Splits of at least 16 tiles (256 tokens):
         // a 1024-token sequence keeps 2 threads busy (at 64 tiles it ran
         // on one, 41% slower on the 2-core development machine).
-        let threads = self.threads();
-        let (private, rule, num_splits) = match (split, num_seqs < threads) {
+        let (private, rule, num_splits) = match (split, parallel && num_seqs < threads) {
             (false, true) => {
                 let rule = SplitRule { num_splits: (4 * threads).min(64) as u32, min_tiles_per_split: 16 };
                 let splits = rule.num_splits as usize;
@@ -302,19 +312,29 @@ impl DecodeAttention for CpuBackend {
             num_q_heads: shape.num_q_heads,
             head_dim: shape.head_dim,
             group: shape.group_size(),
-            kv_heads_per_item: kv_heads_per_item(shape.num_kv_heads, num_seqs * num_splits, self.threads()),
+            kv_heads_per_item: kv_heads_per_item(
+                shape.num_kv_heads,
+                num_seqs * num_splits,
+                if parallel { threads } else { 1 },
+            ),
             scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
             seq_lens,
             index,
             rule,
+            parallel,
         };
         let out = args.out.as_bytes_mut();
         let workspace = args.workspace.as_bytes_mut();
-        self.pool.install(|| match private {
+        let run = || match private {
             Some(mut ws) => exec.run_split(out, &mut ws, num_splits),
             None if split => exec.run_split(out, workspace, num_splits),
             None => exec.run_unsplit(out),
-        });
+        };
+        if parallel {
+            self.pool.install(run);
+        } else {
+            run();
+        }
         Ok(())
     }
 
@@ -420,7 +440,14 @@ struct Exec<'a> {
     seq_lens: Vec<u32>,
     index: Index,
     rule: SplitRule,
+    /// Whether the work items run on the pool's threads (else one after
+    /// another on the calling thread: `INLINE_KV_BYTES`).
+    parallel: bool,
 }
+
+/// One work item of the split path: its index, and its output rows, partial
+/// accumulators and partial `(m, l)` pairs.
+type SplitItem<'w> = (usize, ((&'w mut [u8], &'w mut [u8]), &'w mut [u8]));
 
 /// Per-thread buffers of the unsplit path.
 struct Worker {
@@ -485,28 +512,32 @@ impl Exec<'_> {
     fn run_unsplit(&self, out: &mut [u8]) {
         let d = self.head_dim;
         let out_row = d * self.out_elt.size();
-        out.par_chunks_mut(self.group_bytes(self.out_elt)).enumerate().for_each_init(
-            || self.worker(),
-            |w, (item, out)| {
-                let items = self.num_kv_heads / self.kv_heads_per_item;
-                let (seq, kv_head) = (item / items, item % items * self.kv_heads_per_item);
-                let len = self.seq_lens[seq] as usize;
-                if len == 0 {
-                    out.fill(0);
-                    return;
+        let item = |w: &mut Worker, (item, out): (usize, &mut [u8])| {
+            let items = self.num_kv_heads / self.kv_heads_per_item;
+            let (seq, kv_head) = (item / items, item % items * self.kv_heads_per_item);
+            let len = self.seq_lens[seq] as usize;
+            if len == 0 {
+                out.fill(0);
+                return;
+            }
+            self.load_q(seq, kv_head, &mut w.q);
+            w.state.reset();
+            self.attend(seq, kv_head, (0, len), &w.q, &mut w.state, &mut w.scratch);
+            for (h, out) in out.chunks_exact_mut(out_row).enumerate() {
+                let inv = 1.0 / w.state.l[h];
+                for (r, &a) in w.row.iter_mut().zip(&w.state.acc[h * d..(h + 1) * d]) {
+                    *r = a * inv;
                 }
-                self.load_q(seq, kv_head, &mut w.q);
-                w.state.reset();
-                self.attend(seq, kv_head, (0, len), &w.q, &mut w.state, &mut w.scratch);
-                for (h, out) in out.chunks_exact_mut(out_row).enumerate() {
-                    let inv = 1.0 / w.state.l[h];
-                    for (r, &a) in w.row.iter_mut().zip(&w.state.acc[h * d..(h + 1) * d]) {
-                        *r = a * inv;
-                    }
-                    self.out_elt.encode(&w.row, out);
-                }
-            },
-        );
+                self.out_elt.encode(&w.row, out);
+            }
+        };
+        let item_bytes = self.group_bytes(self.out_elt);
+        if self.parallel {
+            out.par_chunks_mut(item_bytes).enumerate().for_each_init(|| self.worker(), item);
+        } else {
+            let mut w = self.worker();
+            out.chunks_mut(item_bytes).enumerate().for_each(|x| item(&mut w, x));
+        }
     }
 
     /// Work items `(sequence, KV head, split)`; partial states go to the
@@ -517,42 +548,54 @@ impl Exec<'_> {
         let rows = self.seq_lens.len() * self.num_q_heads * num_splits;
         let (acc_ws, rest) = workspace.split_at_mut(rows * d * 4);
         let ml_ws = &mut rest[..rows * 2 * 4];
-        out.par_chunks_mut(self.group_bytes(self.out_elt))
-            .zip(acc_ws.par_chunks_mut(g * num_splits * d * 4))
-            .zip(ml_ws.par_chunks_mut(g * num_splits * 2 * 4))
-            .enumerate()
-            .for_each(|(item, ((out, acc_ws), ml_ws))| {
-                let items = self.num_kv_heads / self.kv_heads_per_item;
-                let (seq, kv_head) = (item / items, item % items * self.kv_heads_per_item);
-                let split = self.rule.split(self.seq_lens[seq]);
-                let active = split.active_splits as usize;
-                if active == 0 {
-                    out.fill(0);
-                    return;
+        let item = |(item, ((out, acc_ws), ml_ws)): SplitItem<'_>| {
+            let items = self.num_kv_heads / self.kv_heads_per_item;
+            let (seq, kv_head) = (item / items, item % items * self.kv_heads_per_item);
+            let split = self.rule.split(self.seq_lens[seq]);
+            let active = split.active_splits as usize;
+            if active == 0 {
+                out.fill(0);
+                return;
+            }
+            let buffers = || (vec![0.0f32; g * d], Scratch::new(self.group, d));
+            let split_state = |(q, scratch): &mut (Vec<f32>, Scratch), j: usize| {
+                let (start, end) = split.token_range(j as u32);
+                self.load_q(seq, kv_head, q);
+                let mut state = State::new(g, d);
+                self.attend(seq, kv_head, (start as usize, end as usize), q, &mut state, scratch);
+                state
+            };
+            let states: Vec<State> = if self.parallel {
+                (0..active).into_par_iter().map_init(buffers, split_state).collect()
+            } else {
+                let mut b = buffers();
+                (0..active).map(|j| split_state(&mut b, j)).collect()
+            };
+            for (j, state) in states.iter().enumerate() {
+                for h in 0..g {
+                    let row = h * num_splits + j;
+                    put_f32s(&mut acc_ws[row * d * 4..(row + 1) * d * 4], &state.acc[h * d..(h + 1) * d]);
+                    put_f32s(&mut ml_ws[row * 8..(row + 1) * 8], &[state.m[h], state.l[h]]);
                 }
-                let states: Vec<State> = (0..active)
-                    .into_par_iter()
-                    .map_init(
-                        || (vec![0.0f32; g * d], Scratch::new(self.group, d)),
-                        |(q, scratch), j| {
-                            let (start, end) = split.token_range(j as u32);
-                            self.load_q(seq, kv_head, q);
-                            let mut state = State::new(g, d);
-                            self.attend(seq, kv_head, (start as usize, end as usize), q, &mut state, scratch);
-                            state
-                        },
-                    )
-                    .collect();
-                for (j, state) in states.iter().enumerate() {
-                    for h in 0..g {
-                        let row = h * num_splits + j;
-                        put_f32s(&mut acc_ws[row * d * 4..(row + 1) * d * 4], &state.acc[h * d..(h + 1) * d]);
-                        put_f32s(&mut ml_ws[row * 8..(row + 1) * 8], &[state.m[h], state.l[h]]);
-                    }
-                }
-                drop(states);
-                self.reduce(out, acc_ws, ml_ws, num_splits, active);
-            });
+            }
+            drop(states);
+            self.reduce(out, acc_ws, ml_ws, num_splits, active);
+        };
+        let (out_bytes, acc_bytes, ml_bytes) =
+            (self.group_bytes(self.out_elt), g * num_splits * d * 4, g * num_splits * 2 * 4);
+        if self.parallel {
+            out.par_chunks_mut(out_bytes)
+                .zip(acc_ws.par_chunks_mut(acc_bytes))
+                .zip(ml_ws.par_chunks_mut(ml_bytes))
+                .enumerate()
+                .for_each(item);
+        } else {
+            out.chunks_mut(out_bytes)
+                .zip(acc_ws.chunks_mut(acc_bytes))
+                .zip(ml_ws.chunks_mut(ml_bytes))
+                .enumerate()
+                .for_each(item);
+        }
     }
 
     /// Merges the `active` partial states of each head of one group, read back

@@ -289,3 +289,18 @@ fn empty_batches_and_all_empty_sequences() {
         }
     }
 }
+
+#[test]
+fn calls_on_either_side_of_the_inline_size_match_the_reference() {
+    // A call reading at most 128 KiB of K and V runs on the calling thread,
+    // a larger one on the pool (`INLINE_KV_BYTES`). Llama-3-70B at TP=8 in
+    // bf16 reads 512 bytes a token: 256 tokens run inline, 257 on the pool,
+    // where a single sequence is also cut into the backend's private splits.
+    let backend = backend();
+    for lens in [vec![256], vec![257], vec![100, 156], vec![100, 157]] {
+        let batch = HostBatch::random(&problem(8, 1, 128, uniform(DType::Bf16), KvLayout::block_table(16), &lens), 7);
+        for policy in [Policy::Auto, Policy::Fixed { splits: 3 }] {
+            check(&backend, &batch, policy, &format!("lens {lens:?}"));
+        }
+    }
+}
