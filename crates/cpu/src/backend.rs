@@ -355,23 +355,29 @@ impl DecodeAttention for CpuBackend {
         let (prefix, suffix) = (args.prefix.as_bytes(), args.suffix.as_bytes());
         let mut lses = vec![f32::NEG_INFINITY; rows];
         let out = args.out.as_bytes_mut();
-        self.pool.install(|| {
-            if row_bytes == 0 {
-                for (r, lse) in lses.iter_mut().enumerate() {
-                    *lse = merge_state(&mut [], &[], prefix_lse[r], &[], suffix_lse[r]);
-                }
-                return;
+        if row_bytes == 0 {
+            for (r, lse) in lses.iter_mut().enumerate() {
+                *lse = merge_state(&mut [], &[], prefix_lse[r], &[], suffix_lse[r]);
             }
-            out.par_chunks_mut(row_bytes).zip(lses.par_iter_mut()).enumerate().for_each_init(
-                || (vec![0.0f32; d], vec![0.0f32; d], vec![0.0f32; d]),
-                |(a, b, o), (r, (out, lse))| {
-                    elt.decode(&prefix[r * row_bytes..(r + 1) * row_bytes], a);
-                    elt.decode(&suffix[r * row_bytes..(r + 1) * row_bytes], b);
-                    *lse = merge_state(o, a, prefix_lse[r], b, suffix_lse[r]);
-                    elt.encode(o, out);
-                },
-            );
-        });
+        } else {
+            let buffers = || (vec![0.0f32; d], vec![0.0f32; d], vec![0.0f32; d]);
+            let row = |(a, b, o): &mut (Vec<f32>, Vec<f32>, Vec<f32>),
+                       (r, (out, lse)): (usize, (&mut [u8], &mut f32))| {
+                elt.decode(&prefix[r * row_bytes..(r + 1) * row_bytes], a);
+                elt.decode(&suffix[r * row_bytes..(r + 1) * row_bytes], b);
+                *lse = merge_state(o, a, prefix_lse[r], b, suffix_lse[r]);
+                elt.encode(o, out);
+            };
+            // The states' bytes, as a decode's K and V (`INLINE_KV_BYTES`).
+            if self.threads() > 1 && 2 * rows * row_bytes > INLINE_KV_BYTES {
+                self.pool.install(|| {
+                    out.par_chunks_mut(row_bytes).zip(lses.par_iter_mut()).enumerate().for_each_init(buffers, row)
+                });
+            } else {
+                let mut scratch = buffers();
+                out.chunks_mut(row_bytes).zip(lses.iter_mut()).enumerate().for_each(|x| row(&mut scratch, x));
+            }
+        }
         if let Some(out_lse) = args.out_lse {
             put_f32s(out_lse.as_bytes_mut(), &lses);
         }
