@@ -6,7 +6,8 @@
 //!   memory ([`CpuBuffer`]). It validates every index and length on the host
 //!   before writing anything, then executes the plan exactly as the GPU
 //!   kernels do: work items `(sequence, KV heads, split)` cut by
-//!   [`decode_attn_core::SplitRule::split`], run in parallel on rayon, each
+//!   [`decode_attn_core::SplitRule::split`], run in parallel on rayon (a
+//!   call of at most 128 KiB of K and V on the calling thread instead), each
 //!   serving all query heads of its KV heads with an f32 online softmax
 //!   (one item takes several consecutive KV heads, whose rows are one
 //!   contiguous run of each slot, as many as keep the threads busy; an
