@@ -5,6 +5,7 @@ use std::time::Instant;
 use decode_attn_core::merge::merge_state;
 use decode_attn_core::{
     DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error, MergeArgs, Plan, Result, SplitRule,
+    TILE_TOKENS,
 };
 use rayon::prelude::*;
 
@@ -288,9 +289,14 @@ impl DecodeAttention for CpuBackend {
         // a 1024-token sequence keeps 2 threads busy (at 64 tiles it ran
         // on one, 41% slower on the 2-core development machine).
         let (private, rule, num_splits) = match (split, parallel && num_seqs < threads) {
-            (false, true) => {
-                let rule = SplitRule { num_splits: (4 * threads).min(64) as u32, min_tiles_per_split: 16 };
-                let splits = rule.num_splits as usize;
+            // As many splits as the longest sequence fills at 16 tiles each,
+            // and no private splits where that is one: fewer partial rows
+            // to allocate (a workspace past glibc's mmap threshold is mapped
+            // and faulted in again on every call) and no merge for nothing.
+            (false, true) if seq_lens.iter().any(|&s| s as usize > 16 * TILE_TOKENS as usize) => {
+                let longest = seq_lens.iter().copied().max().unwrap_or(0) as usize;
+                let splits = (4 * threads).min(64).min(longest.div_ceil(16 * TILE_TOKENS as usize));
+                let rule = SplitRule { num_splits: splits as u32, min_tiles_per_split: 16 };
                 match alloc_zeroed(num_seqs * shape.num_q_heads * splits * (shape.head_dim + 2) * 4) {
                     Ok(ws) => (Some(ws), rule, splits),
                     Err(_) => (None, plan.rule, num_splits),
