@@ -144,6 +144,12 @@ impl CpuBackend {
         self.props.num_sms as usize
     }
 
+    /// Whether work that reads `bytes` goes to the pool's threads, not the
+    /// calling thread (`INLINE_KV_BYTES`).
+    fn on_pool(&self, bytes: usize) -> bool {
+        self.threads() > 1 && bytes > INLINE_KV_BYTES
+    }
+
     /// The instruction set the hot loop runs: "avx512", "avx2" or "portable".
     pub fn instruction_set(&self) -> &'static str {
         self.isa.name()
@@ -280,7 +286,7 @@ impl DecodeAttention for CpuBackend {
         let tokens: usize = seq_lens.iter().map(|&s| s as usize).sum();
         let kv_bytes = tokens * 2 * shape.num_kv_heads * shape.head_dim * kv_elt.size();
         let threads = self.threads();
-        let parallel = threads > 1 && kv_bytes > INLINE_KV_BYTES;
+        let parallel = self.on_pool(kv_bytes);
 
         // An unsplit plan of fewer sequences than threads leaves threads idle:
         // the CPU cuts those sequences itself, into private splits of whole
@@ -288,15 +294,17 @@ impl DecodeAttention for CpuBackend {
         // workspace of its own. Splits of at least 16 tiles (256 tokens):
         // a 1024-token sequence keeps 2 threads busy (at 64 tiles it ran
         // on one, 41% slower on the 2-core development machine).
+        const PRIVATE_SPLIT_TILES: u32 = 16;
+        let split_tokens = (PRIVATE_SPLIT_TILES * TILE_TOKENS) as usize;
+        let longest = seq_lens.iter().copied().max().unwrap_or(0) as usize;
         let (private, rule, num_splits) = match (split, parallel && num_seqs < threads) {
             // As many splits as the longest sequence fills at 16 tiles each,
             // and no private splits where that is one: fewer partial rows
             // to allocate (a workspace past glibc's mmap threshold is mapped
             // and faulted in again on every call) and no merge for nothing.
-            (false, true) if seq_lens.iter().any(|&s| s as usize > 16 * TILE_TOKENS as usize) => {
-                let longest = seq_lens.iter().copied().max().unwrap_or(0) as usize;
-                let splits = (4 * threads).min(64).min(longest.div_ceil(16 * TILE_TOKENS as usize));
-                let rule = SplitRule { num_splits: splits as u32, min_tiles_per_split: 16 };
+            (false, true) if longest > split_tokens => {
+                let splits = (4 * threads).min(64).min(longest.div_ceil(split_tokens));
+                let rule = SplitRule { num_splits: splits as u32, min_tiles_per_split: PRIVATE_SPLIT_TILES };
                 match alloc_zeroed(num_seqs * shape.num_q_heads * splits * (shape.head_dim + 2) * 4) {
                     Ok(ws) => (Some(ws), rule, splits),
                     Err(_) => (None, plan.rule, num_splits),
@@ -374,8 +382,8 @@ impl DecodeAttention for CpuBackend {
                 *lse = merge_state(o, a, prefix_lse[r], b, suffix_lse[r]);
                 elt.encode(o, out);
             };
-            // The states' bytes, as a decode's K and V (`INLINE_KV_BYTES`).
-            if self.threads() > 1 && 2 * rows * row_bytes > INLINE_KV_BYTES {
+            // The states' bytes count as a decode's K and V.
+            if self.on_pool(2 * rows * row_bytes) {
                 self.pool.install(|| {
                     out.par_chunks_mut(row_bytes).zip(lses.par_iter_mut()).enumerate().for_each_init(buffers, row)
                 });
