@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "probe_check.h"
+#include "probe_timing.h"
 
 constexpr int WARPS = 4, TILE = 16, ROW_BYTES = 256, STAGES = 3;
 constexpr int TILE_BYTES = 2 * TILE * ROW_BYTES;  // K then V
@@ -247,26 +248,15 @@ int main() {
             PROBE_CHECK(cudaStreamEndCapture(st, &graph));
             cudaGraphExec_t exec;
             PROBE_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-            cudaEvent_t e0, e1;
-            PROBE_CHECK(cudaEventCreate(&e0));
-            PROBE_CHECK(cudaEventCreate(&e1));
             PROBE_CHECK(cudaGraphLaunch(exec, st));
             std::vector<float> ms(5);
-            for (float& m : ms) {
-                PROBE_CHECK(cudaEventRecord(e0, st));
-                PROBE_CHECK(cudaGraphLaunch(exec, st));
-                PROBE_CHECK(cudaEventRecord(e1, st));
-                PROBE_CHECK(cudaEventSynchronize(e1));
-                PROBE_CHECK(cudaEventElapsedTime(&m, e0, e1));
-            }
+            for (float& m : ms) m = elapsed_ms(st, [&] { PROBE_CHECK(cudaGraphLaunch(exec, st)); });
             std::sort(ms.begin(), ms.end());
             const double us = ms[2] * 1e3 / calls;
             printf("%-18s %-10s %6d %10.2f %8.3f\n", sh.name, mode_name[mode], grid.x * grid.y * grid.z, us,
                    kv_bytes / us / 1e6);
             PROBE_CHECK(cudaGraphExecDestroy(exec));
             PROBE_CHECK(cudaGraphDestroy(graph));
-            PROBE_CHECK(cudaEventDestroy(e0));
-            PROBE_CHECK(cudaEventDestroy(e1));
         }
         PROBE_CHECK(cudaFree(pool));
         PROBE_CHECK(cudaFree(table_d));

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "probe_check.h"
+#include "probe_load.h"
 #include "probe_timing.h"
 
 constexpr int THREADS = 128;
@@ -52,14 +53,6 @@ struct Args {
     unsigned* sink;
     unsigned long long* loaded;  // COUNT launches: [0] words read, [1] the sum of their indices
 };
-
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
-}
 
 __device__ __forceinline__ size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 

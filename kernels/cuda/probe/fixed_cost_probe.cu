@@ -26,6 +26,7 @@
 namespace cg = cooperative_groups;
 
 #include "probe_check.h"
+#include "probe_load.h"
 #include "probe_timing.h"
 
 constexpr int THREADS = 128;
@@ -46,14 +47,6 @@ struct Args {
     float* part;          // [heads][splits][HEAD_DIM]
     float* part_ml;       // [heads][splits][2]
 };
-
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
-}
 
 __device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void wait_for_producer() { asm volatile("griddepcontrol.wait;" ::: "memory"); }

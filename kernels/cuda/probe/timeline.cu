@@ -78,6 +78,7 @@ __device__ __forceinline__ void da_timeline_stamp(const DecodeParams& p, int gri
 #include "decode.cu"
 
 #include "probe_check.h"
+#include "probe_timing.h"
 
 struct Shape {
     const char* model;
@@ -273,39 +274,12 @@ int main() {
             }
         };
         cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        PROBE_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-        for (int c = 0; c < calls; ++c) record_call(c);
-        PROBE_CHECK(cudaStreamEndCapture(stream, &graph));
-        PROBE_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        cudaEvent_t e0, e1;
-        PROBE_CHECK(cudaEventCreate(&e0));
-        PROBE_CHECK(cudaEventCreate(&e1));
-        const int reps = std::max(3, 2000 / calls);
-        // Microseconds per call of `graph_exec` (its `calls` calls), after 3 warm-up replays.
-        auto per_call_us = [&](cudaGraphExec_t graph_exec) {
-            for (int i = 0; i < 3; ++i) PROBE_CHECK(cudaGraphLaunch(graph_exec, stream));
-            PROBE_CHECK(cudaEventRecord(e0, stream));
-            for (int i = 0; i < reps; ++i) PROBE_CHECK(cudaGraphLaunch(graph_exec, stream));
-            PROBE_CHECK(cudaEventRecord(e1, stream));
-            PROBE_CHECK(cudaEventSynchronize(e1));
-            float elapsed_ms;
-            PROBE_CHECK(cudaEventElapsedTime(&elapsed_ms, e0, e1));
-            return elapsed_ms * 1000.0 / ((double)reps * calls);
-        };
-        double us = per_call_us(exec);
+        cudaGraphExec_t exec = capture_calls(stream, calls, record_call, &graph);
+        double us = replay_us(stream, exec, calls);
         double evictor_us = 0.0;
         if (cold) {
-            cudaGraph_t ev_graph;
-            cudaGraphExec_t ev_exec;
-            PROBE_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-            for (int c = 0; c < calls; ++c) record_evictor();
-            PROBE_CHECK(cudaStreamEndCapture(stream, &ev_graph));
-            PROBE_CHECK(cudaGraphInstantiate(&ev_exec, ev_graph, 0));
-            evictor_us = per_call_us(ev_exec);
+            evictor_us = time_graph(stream, calls, [&](int) { record_evictor(); });
             us -= evictor_us;
-            PROBE_CHECK(cudaGraphExecDestroy(ev_exec));
-            PROBE_CHECK(cudaGraphDestroy(ev_graph));
         }
         printf("\n%s B=%d s=%d splits=%d%s: %.2f us per call (%d calls per graph, %d decode CTAs, %d reducer CTAs), "
                "%.2f TB/s\n",
@@ -317,7 +291,7 @@ int main() {
         // stamps (read the last call and the one before).
         tl.on = 1;
         PROBE_CHECK(cudaMemcpyToSymbol(da_timeline, &tl, sizeof(tl)));
-        printf("  with stamps: %.2f us per call\n", per_call_us(exec) - evictor_us);
+        printf("  with stamps: %.2f us per call\n", replay_us(stream, exec, calls) - evictor_us);
         PROBE_CHECK(cudaMemset(timeline, 0, timeline_words * 8));
         PROBE_CHECK(cudaGraphLaunch(exec, stream));
         PROBE_CHECK(cudaStreamSynchronize(stream));
