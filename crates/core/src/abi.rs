@@ -14,6 +14,30 @@ use crate::{CheckedArgs, DecodeArgs, Error, KvIndexBuffers, KvLayout, Plan, Resu
 pub const LAYOUT_BLOCK_TABLE: i32 = 0;
 pub const LAYOUT_TOKEN_INDICES: i32 = 1;
 
+/// The alignment in bytes the GPU decode kernels need of the buffer that
+/// [`DecodeParams::new`] calls `name`: the element arrays (Q, K, V, output,
+/// the workspace) are read and written up to 16 bytes at a time, the `i32`
+/// arrays (lengths, block table, token indices) an element at a time. Every
+/// row of the element arrays is a multiple of 16 bytes at every supported
+/// head dim, so an aligned base keeps every row aligned. (The merge op reads
+/// and writes an element at a time: it needs the element's size.)
+pub fn decode_alignment(name: &str) -> u64 {
+    match name {
+        "seq_lens" | "block_table" | "kv_indptr" | "kv_indices" => 4,
+        _ => 16,
+    }
+}
+
+/// `address`, or [`Error::Misaligned`] where it is not a multiple of
+/// `alignment`. Null (an empty buffer) passes.
+pub fn check_alignment(name: &'static str, address: u64, alignment: u64) -> Result<u64> {
+    if address % alignment == 0 {
+        Ok(address)
+    } else {
+        Err(Error::Misaligned { name, address, alignment })
+    }
+}
+
 /// `DecodeParams` of decode_params.h.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -325,5 +349,25 @@ mod tests {
                 "_pad",
             ]
         );
+    }
+    #[test]
+    fn misaligned_addresses_are_refused_by_name_and_aligned_ones_pass() {
+        assert_eq!(check_alignment("q", 0, decode_alignment("q")), Ok(0));
+        assert_eq!(check_alignment("q", 4096 + 16, decode_alignment("q")), Ok(4112));
+        assert_eq!(
+            check_alignment("q", 4096 + 2, decode_alignment("q")),
+            Err(Error::Misaligned { name: "q", address: 4098, alignment: 16 })
+        );
+        // The i32 arrays are read an element at a time.
+        for name in ["seq_lens", "block_table", "kv_indptr", "kv_indices"] {
+            assert_eq!(decode_alignment(name), 4, "{name}");
+            assert!(check_alignment(name, 4100, 4).is_ok());
+            assert!(check_alignment(name, 4102, 4).is_err());
+        }
+        for name in ["q", "k_cache", "v_cache", "out", "workspace"] {
+            assert_eq!(decode_alignment(name), 16, "{name}");
+        }
+        let message = check_alignment("k_cache", 0x1008, 16).unwrap_err().to_string();
+        assert!(message.contains("k_cache") && message.contains("0x1008") && message.contains("16"), "{message}");
     }
 }

@@ -78,4 +78,18 @@ pub enum Error {
 
     #[error("{backend}: {message}")]
     Device { backend: &'static str, message: String },
+
+    /// A caller's device memory that the backend cannot use as given.
+    #[error("{backend}: {len_bytes} bytes at device address {address:#x} cannot be used: {why}")]
+    ForeignMemory { backend: &'static str, address: u64, len_bytes: usize, why: String },
+
+    /// A caller's stream that the backend cannot launch on.
+    #[error("{backend}: stream {stream:#x} cannot be used: {why}")]
+    ForeignStream { backend: &'static str, stream: u64, why: String },
+
+    /// A buffer whose address the kernels cannot load from with their vector
+    /// width (caller-owned memory at an offset; the backends' own allocations
+    /// are always aligned).
+    #[error("{name}: device address {address:#x} is not a multiple of {alignment} bytes")]
+    Misaligned { name: &'static str, address: u64, alignment: u64 },
 }

@@ -11,6 +11,7 @@
 //! Layering follows cudarc: `params` mirrors the C ABI, `nvrtc` wraps the
 //! run-time compiler, and this file is the safe backend on top.
 
+mod caller;
 mod nvrtc;
 mod params;
 
@@ -18,16 +19,22 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
 };
 use decode_attn_core::{
     AttentionShape, DType, DTypes, DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error,
     KvLayout, MergeArgs, Plan, Policy, Result, GPU_LONE_CTA_SHARE, GPU_STREAM_LONE_CTA_SHARE,
 };
 
-use decode_attn_core::abi::{DecodeParams, MergeParams, GRID_HEADS_FIRST, GRID_SEQS_FIRST};
+pub use caller::CallerStream;
+/// The driver's stream handle that [`CudaBackend::caller_stream`] takes
+/// (`cudaStream_t` of the runtime API is the same pointer).
+pub use cudarc::driver::sys::CUstream;
+use decode_attn_core::abi::{
+    check_alignment, decode_alignment, DecodeParams, MergeParams, GRID_HEADS_FIRST, GRID_SEQS_FIRST,
+};
 use decode_attn_core::env;
 pub use nvrtc::{default_cache_dir, NVRTC_CANDIDATES};
 use params::ByValue;
@@ -360,15 +367,63 @@ pub fn device_count() -> Result<usize> {
     }
 }
 
-/// Device memory. Zero-length buffers hold no allocation (the driver refuses
-/// zero-byte allocations); their address is null.
+/// Device memory: the backend's own ([`DecodeAttention::alloc`]) or a
+/// caller's, borrowed without a copy ([`CudaBackend::borrow_device_memory`]).
+/// Zero-length buffers hold no allocation (the driver refuses zero-byte
+/// allocations); their address is null.
 pub struct CudaBuffer {
-    slice: Option<CudaSlice<u8>>,
+    memory: Memory,
+}
+
+enum Memory {
+    Empty,
+    /// Allocated by this backend on its stream (freed in its order when
+    /// dropped), and the slice's device address.
+    Owned {
+        slice: CudaSlice<u8>,
+        address: u64,
+    },
+    /// The caller's; never freed here.
+    Borrowed {
+        address: u64,
+        len_bytes: usize,
+    },
+}
+
+impl CudaBuffer {
+    /// The buffer's device address (null for an empty buffer).
+    pub fn device_address(&self) -> u64 {
+        match &self.memory {
+            Memory::Empty => 0,
+            Memory::Owned { address, .. } => *address,
+            Memory::Borrowed { address, .. } => *address,
+        }
+    }
+
+    /// Whether the memory is a caller's ([`CudaBackend::borrow_device_memory`]).
+    pub fn is_borrowed(&self) -> bool {
+        matches!(self.memory, Memory::Borrowed { .. })
+    }
+}
+
+impl std::fmt::Debug for CudaBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.memory {
+            Memory::Empty => "empty",
+            Memory::Owned { .. } => "owned",
+            Memory::Borrowed { .. } => "borrowed",
+        };
+        write!(f, "CudaBuffer({kind}, {} bytes at {:#x})", self.len_bytes(), self.device_address())
+    }
 }
 
 impl DeviceBuffer for CudaBuffer {
     fn len_bytes(&self) -> usize {
-        self.slice.as_ref().map_or(0, |s| s.len())
+        match &self.memory {
+            Memory::Empty => 0,
+            Memory::Owned { slice, .. } => slice.len(),
+            Memory::Borrowed { len_bytes, .. } => *len_bytes,
+        }
     }
 }
 
@@ -553,6 +608,90 @@ impl CudaBackend {
         }
     }
 
+    /// [`DecodeAttention::decode`] on `stream`, this backend's own or one of
+    /// its context that a caller owns ([`CudaBackend::decode_on`]).
+    fn enqueue_decode(&self, stream: sys::CUstream, plan: &Plan, args: DecodeArgs<'_, CudaBuffer>) -> Result<()> {
+        let problem = &plan.problem;
+        self.supports(problem)?;
+        let checked = args.check(plan)?;
+        if problem.num_seqs() == 0 {
+            return Ok(());
+        }
+        let shape = problem.shape;
+        // Caller-owned memory may sit at any offset of its allocation; the
+        // backend's own is always aligned.
+        let mut params = DecodeParams::new(plan, &args, &checked, |buffer, name| {
+            check_alignment(name, buffer.device_address(), decode_alignment(name))
+        })?;
+        let num_splits = params.num_splits as u32;
+        let split = num_splits > 1;
+        let launch = self.launches(problem, num_splits, plan.splits_per_cta);
+        params.grid_order = launch.grid_order;
+        params.splits_per_cta = launch.splits_per_cta;
+        let params = ByValue(params);
+        let num_seqs = problem.num_seqs() as u32;
+        let main = self.function(&launch.main, launch.shared_mem_bytes)?;
+        let config = LaunchConfig {
+            grid_dim: launch.grid,
+            block_dim: (launch.threads, 1, 1),
+            shared_mem_bytes: launch.shared_mem_bytes,
+        };
+        let pdl = self.programmatic_launch;
+        // SAFETY: `params` matches the kernel's `DecodeParams` (size-checked in
+        // core's abi tests); every address in it points into a live allocation whose
+        // size `DecodeArgs::check` verified against the plan, and the kernel
+        // bounds-checks block ids, slots and lengths that live in device memory;
+        // launched programmatically only where `launch.programmatic` says the
+        // kernel waits (griddepcontrol.wait) before its first load.
+        unsafe { self.launch(stream, &main, config, &params, launch.programmatic && pdl.decode_kernel()) }?;
+        if split {
+            let reduce = self.function(&launch.reduce, 0)?;
+            let config = LaunchConfig {
+                grid_dim: (num_seqs, shape.num_q_heads as u32, 1),
+                block_dim: (launch.reduce_threads, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: as above; the reducer reads the partial rows the first
+            // kernel wrote, in stream order or, launched programmatically,
+            // after its griddepcontrol.wait.
+            unsafe { self.launch(stream, &reduce, config, &params, launch.programmatic && pdl.reducer()) }?;
+        }
+        Ok(())
+    }
+
+    /// [`DecodeAttention::merge_attn_states`] on `stream` (as `enqueue_decode`).
+    fn enqueue_merge(&self, stream: sys::CUstream, args: MergeArgs<'_, CudaBuffer>) -> Result<()> {
+        args.check()?;
+        if args.num_tokens == 0 || args.num_heads == 0 {
+            return Ok(());
+        }
+        // The merge reads and writes an element at a time.
+        let element =
+            |name, buffer: &CudaBuffer| check_alignment(name, buffer.device_address(), args.dtype.size_bytes() as u64);
+        let lse = |name, buffer: &CudaBuffer| check_alignment(name, buffer.device_address(), 4);
+        let params = ByValue(MergeParams {
+            prefix: element("prefix", args.prefix)?,
+            prefix_lse: lse("prefix_lse", args.prefix_lse)?,
+            suffix: element("suffix", args.suffix)?,
+            suffix_lse: lse("suffix_lse", args.suffix_lse)?,
+            out_lse: args.out_lse.as_deref().map_or(Ok(0), |b| lse("out_lse", b))?,
+            out: element("out", args.out)?,
+            num_tokens: args.num_tokens as i32,
+            num_heads: args.num_heads as i32,
+            head_dim: args.head_dim as i32,
+            _pad: 0,
+        });
+        let f = self.function(&format!("merge_attn_states_{}", dtype_suffix(args.dtype)), 0)?;
+        let config = LaunchConfig {
+            grid_dim: (args.num_tokens as u32, args.num_heads as u32, 1),
+            block_dim: (DECODE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: `params` matches `MergeParams`; `MergeArgs::check` verified
+        // every buffer's size for these token, head and dim counts.
+        unsafe { self.launch(stream, &f, config, &params, false) }
+    }
+
     fn heads_first(&self, grid: (u32, u32, u32), head_dim: usize) -> bool {
         heads_first(self.grid_order, grid, head_dim, self.props.num_sms)
     }
@@ -667,28 +806,25 @@ impl CudaBackend {
         Ok(f)
     }
 
-    /// Launches `function` (one `DecodeParams` parameter) on the stream; with
-    /// `programmatic`, with programmatic stream serialization: it may start
-    /// before the previous kernel finishes.
+    /// Launches `function` (one parameter, an ABI struct by value) on
+    /// `stream`; with `programmatic`, with programmatic stream serialization:
+    /// it may start before the previous kernel finishes.
     ///
     /// # Safety
-    /// `params` must match the kernel's parameter and every address in it
-    /// must be live; with `programmatic`, the kernel must wait
-    /// (griddepcontrol.wait) before it reads anything the previous kernel writes.
-    unsafe fn launch(
+    /// `stream` must be a live stream of this backend's context; `params`
+    /// must match the kernel's parameter and every address in it must be
+    /// live; with `programmatic`, the kernel must wait (griddepcontrol.wait)
+    /// before it reads anything the previous kernel writes.
+    unsafe fn launch<P>(
         &self,
+        stream: sys::CUstream,
         function: &CudaFunction,
         config: LaunchConfig,
-        params: &ByValue<DecodeParams>,
+        params: &ByValue<P>,
         programmatic: bool,
     ) -> Result<()> {
-        use cudarc::driver::sys;
-        if !programmatic {
-            // SAFETY: the caller's contract.
-            return unsafe { self.stream.launch_builder(function).arg(params).launch(config) }
-                .map(|_| ())
-                .map_err(driver_error);
-        }
+        // A caller's thread may have another context current (or none).
+        self.ctx.bind_to_thread().map_err(driver_error)?;
         // SAFETY: CUlaunchAttribute is plain data (an id and a union of
         // integers); all-zero is a valid value that the fields below complete.
         let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
@@ -702,22 +838,18 @@ impl CudaBackend {
             blockDimY: config.block_dim.1,
             blockDimZ: config.block_dim.2,
             sharedMemBytes: config.shared_mem_bytes,
-            hStream: self.stream.cu_stream(),
+            hStream: stream,
             attrs: &mut attribute,
-            numAttrs: 1,
+            numAttrs: u32::from(programmatic),
         };
-        // The kernel takes one parameter, DecodeParams by value: the driver
+        // The kernel takes one parameter, the struct by value: the driver
         // copies it from this address during the call.
-        let mut arg = &params.0 as *const DecodeParams as *mut std::ffi::c_void;
+        let mut arg = &params.0 as *const P as *mut std::ffi::c_void;
         // SAFETY: the config, attribute and argument outlive the call; the
         // function belongs to this context; the caller vouches for the rest.
         unsafe { sys::cuLaunchKernelEx(&launch_config, function.cu_function(), &mut arg, std::ptr::null_mut()) }
             .result()
             .map_err(driver_error)
-    }
-
-    fn ptr(&self, buffer: &CudaBuffer) -> u64 {
-        buffer.slice.as_ref().map_or(0, |s| s.device_ptr(&self.stream).0)
     }
 }
 
@@ -904,19 +1036,32 @@ impl DecodeAttention for CudaBackend {
 
     fn alloc(&self, bytes: usize) -> Result<CudaBuffer> {
         if bytes == 0 {
-            return Ok(CudaBuffer { slice: None });
+            return Ok(CudaBuffer { memory: Memory::Empty });
         }
         let slice = self.stream.alloc_zeros::<u8>(bytes).map_err(driver_error)?;
-        Ok(CudaBuffer { slice: Some(slice) })
+        // Event tracking is off (`with_options`), so taking the address records
+        // nothing on the stream.
+        let address = slice.device_ptr(&self.stream).0;
+        Ok(CudaBuffer { memory: Memory::Owned { slice, address } })
     }
 
     fn upload(&self, dst: &mut CudaBuffer, src: &[u8]) -> Result<()> {
         if dst.len_bytes() != src.len() {
             return Err(Error::BufferSize { name: "upload destination", expected: src.len(), actual: dst.len_bytes() });
         }
-        match &mut dst.slice {
-            Some(slice) => self.stream.memcpy_htod(src, slice).map_err(driver_error),
-            None => Ok(()),
+        match &mut dst.memory {
+            Memory::Empty => Ok(()),
+            Memory::Owned { slice, .. } => self.stream.memcpy_htod(src, slice).map_err(driver_error),
+            Memory::Borrowed { address, .. } => {
+                self.ctx.bind_to_thread().map_err(driver_error)?;
+                // SAFETY: `borrow_device_memory` checked that `src.len()` (the
+                // buffer's length) bytes at `address` lie in one device
+                // allocation of this context, and its caller vouched that the
+                // allocation outlives the buffer. A pageable source is staged
+                // by the driver before the call returns.
+                unsafe { cudarc::driver::result::memcpy_htod_async(*address, src, self.stream.cu_stream()) }
+                    .map_err(driver_error)
+            }
         }
     }
 
@@ -928,85 +1073,26 @@ impl DecodeAttention for CudaBackend {
                 actual: dst.len(),
             });
         }
-        match &src.slice {
-            Some(slice) => self.stream.memcpy_dtoh(slice, dst).map_err(driver_error),
-            None => Ok(()),
+        match &src.memory {
+            Memory::Empty => Ok(()),
+            Memory::Owned { slice, .. } => self.stream.memcpy_dtoh(slice, dst).map_err(driver_error),
+            Memory::Borrowed { address, .. } => {
+                self.ctx.bind_to_thread().map_err(driver_error)?;
+                // SAFETY: as in `upload`, for `dst.len()` bytes at `address`;
+                // `dst` stays borrowed until the synchronize below.
+                unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, *address, self.stream.cu_stream()) }
+                    .map_err(driver_error)
+            }
         }?;
         self.stream.synchronize().map_err(driver_error)
     }
 
     fn decode(&self, plan: &Plan, args: DecodeArgs<'_, CudaBuffer>) -> Result<()> {
-        let problem = &plan.problem;
-        self.supports(problem)?;
-        let checked = args.check(plan)?;
-        if problem.num_seqs() == 0 {
-            return Ok(());
-        }
-        let shape = problem.shape;
-        let mut params = DecodeParams::new(plan, &args, &checked, |buffer, _| Ok(self.ptr(buffer)))?;
-        let num_splits = params.num_splits as u32;
-        let split = num_splits > 1;
-        let launch = self.launches(problem, num_splits, plan.splits_per_cta);
-        params.grid_order = launch.grid_order;
-        params.splits_per_cta = launch.splits_per_cta;
-        let params = ByValue(params);
-        let num_seqs = problem.num_seqs() as u32;
-        let main = self.function(&launch.main, launch.shared_mem_bytes)?;
-        let config = LaunchConfig {
-            grid_dim: launch.grid,
-            block_dim: (launch.threads, 1, 1),
-            shared_mem_bytes: launch.shared_mem_bytes,
-        };
-        let pdl = self.programmatic_launch;
-        // SAFETY: `params` matches the kernel's `DecodeParams` (size-checked in
-        // core's abi tests); every address in it points into a live allocation whose
-        // size `DecodeArgs::check` verified against the plan, and the kernel
-        // bounds-checks block ids, slots and lengths that live in device memory;
-        // launched programmatically only where `launch.programmatic` says the
-        // kernel waits (griddepcontrol.wait) before its first load.
-        unsafe { self.launch(&main, config, &params, launch.programmatic && pdl.decode_kernel()) }?;
-        if split {
-            let reduce = self.function(&launch.reduce, 0)?;
-            let config = LaunchConfig {
-                grid_dim: (num_seqs, shape.num_q_heads as u32, 1),
-                block_dim: (launch.reduce_threads, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: as above; the reducer reads the partial rows the first
-            // kernel wrote, in stream order or, launched programmatically,
-            // after its griddepcontrol.wait.
-            unsafe { self.launch(&reduce, config, &params, launch.programmatic && pdl.reducer()) }?;
-        }
-        Ok(())
+        self.enqueue_decode(self.stream.cu_stream(), plan, args)
     }
 
     fn merge_attn_states(&self, args: MergeArgs<'_, CudaBuffer>) -> Result<()> {
-        args.check()?;
-        if args.num_tokens == 0 || args.num_heads == 0 {
-            return Ok(());
-        }
-        let params = ByValue(MergeParams {
-            prefix: self.ptr(args.prefix),
-            prefix_lse: self.ptr(args.prefix_lse),
-            suffix: self.ptr(args.suffix),
-            suffix_lse: self.ptr(args.suffix_lse),
-            out_lse: args.out_lse.as_deref().map_or(0, |b| self.ptr(b)),
-            out: self.ptr(args.out),
-            num_tokens: args.num_tokens as i32,
-            num_heads: args.num_heads as i32,
-            head_dim: args.head_dim as i32,
-            _pad: 0,
-        });
-        let f = self.function(&format!("merge_attn_states_{}", dtype_suffix(args.dtype)), 0)?;
-        let config = LaunchConfig {
-            grid_dim: (args.num_tokens as u32, args.num_heads as u32, 1),
-            block_dim: (DECODE_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: `params` matches `MergeParams`; `MergeArgs::check` verified
-        // every buffer's size for these token, head and dim counts.
-        unsafe { self.stream.launch_builder(&f).arg(&params).launch(config) }.map_err(driver_error)?;
-        Ok(())
+        self.enqueue_merge(self.stream.cu_stream(), args)
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -1025,7 +1111,8 @@ impl DecodeAttention for CudaBackend {
     fn copy_bandwidth_gbps(&self, bytes: usize) -> Result<f64> {
         let src = self.alloc(bytes)?;
         let mut dst = self.alloc(bytes)?;
-        let (Some(src), Some(dst)) = (&src.slice, &mut dst.slice) else {
+        let (Memory::Owned { slice: src, .. }, Memory::Owned { slice: dst, .. }) = (&src.memory, &mut dst.memory)
+        else {
             return Err(Error::BufferSize { name: "copy bandwidth buffer", expected: 1, actual: 0 });
         };
         // Timed on the stream, not in a graph: a memcpy node of a graph may run

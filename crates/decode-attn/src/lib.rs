@@ -40,7 +40,7 @@ pub use decode_attn_core::*;
 /// The CPU backend, and the f64 reference every backend is checked against.
 pub use decode_attn_cpu::{reference, CpuBackend, CpuBuffer};
 #[cfg(feature = "cuda")]
-pub use decode_attn_cuda::{CudaBackend, CudaBuffer, CudaOptions, DecodeKernel, KernelSource};
+pub use decode_attn_cuda::{CUstream, CallerStream, CudaBackend, CudaBuffer, CudaOptions, DecodeKernel, KernelSource};
 #[cfg(feature = "hip")]
 pub use decode_attn_hip::{HipBackend, HipBuffer, HipOptions, KernelSource as HipKernelSource};
 
