@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
-use decode_attn::synth::{relative_error, HostBatch};
+use decode_attn::synth::{relative_error, HostBatch, HostIndex};
 use decode_attn::{
     Backend, BackendSpec, DType, DTypes, DecodeAttention, DecodeProblem, DeviceBatch, DeviceBuffer, KvLayout,
     KvRotation, Plan, Policy,
@@ -110,6 +110,17 @@ pub struct BenchArgs {
     /// subtracted. The CSV's mode reads `cold/<backend>/<policy>`.
     #[arg(long)]
     cold: bool,
+
+    /// Plan every shape as if each sequence were this long, and run it at
+    /// its own lengths: what an engine gets that captures one CUDA graph per
+    /// batch size, planned for the longest sequence it serves, and replays it
+    /// at every length (the kernels read the lengths at each replay). The
+    /// block table's rows are as wide as this length (entries past a
+    /// sequence's end point at a valid block, never read). Block tables only;
+    /// shapes longer than this are refused. The CSV's mode reads
+    /// `<backend>/plan<N>/<policy>`.
+    #[arg(long)]
+    plan_seq_len: Option<u32>,
 }
 
 struct Shape {
@@ -168,6 +179,19 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
         }
     }
 
+    if let Some(plan_len) = args.plan_seq_len {
+        if !matches!(args.layout, KvLayout::BlockTable { .. }) {
+            return Err("--plan-seq-len needs a block-table layout (block:N)".into());
+        }
+        if let Some(shape) = shapes.iter().find(|shape| shape.seq_len() > plan_len) {
+            return Err(format!(
+                "--plan-seq-len {plan_len} is shorter than a sequence it would serve ({} tokens)",
+                shape.seq_len()
+            )
+            .into());
+        }
+    }
+
     let backend = crate::open_backend(args.backend)?;
     let gpu = backend.name() != "cpu";
     let copy_bytes = if gpu { 1 << 30 } else { 256 * MIB };
@@ -190,8 +214,14 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
         None => None,
     };
 
+    if let Some(plan_len) = args.plan_seq_len {
+        outln!("# every shape planned for sequences of {plan_len} tokens and run at its own lengths");
+    }
     let mut evictor = if args.cold { Some(Evictor::new(&backend)?) } else { None };
-    let mode_prefix = if args.cold { format!("cold/{}", backend.name()) } else { backend.name().to_string() };
+    let mut mode_prefix = if args.cold { format!("cold/{}", backend.name()) } else { backend.name().to_string() };
+    if let Some(plan_len) = args.plan_seq_len {
+        mode_prefix.push_str(&format!("/plan{plan_len}"));
+    }
     if let Some(evictor) = &evictor {
         outln!("# cold: each timed call right after {}", evictor.describe());
     }
@@ -245,7 +275,8 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
             progress.inc(args.policy.len() as u64);
             continue;
         }
-        let outcome = bench_shape(&backend, shape, &problem, &args.policy, copy_gbps, evictor.as_mut(), |row| {
+        let planned = BenchPlan { policies: &args.policy, plan_seq_len: args.plan_seq_len };
+        let outcome = bench_shape(&backend, shape, &problem, planned, copy_gbps, evictor.as_mut(), |row| {
             partly_checked |= row.checked < row.shape.batch();
             let line = format_row(&backend, &row);
             progress.suspend(|| outln!("{line}"));
@@ -301,6 +332,25 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Widens every row of `batch`'s block table to hold `plan_len` tokens: the
+/// added entries repeat the row's first block (or block 0), valid ids that
+/// the kernels never read while the lengths stay as they are.
+fn widen_block_table(batch: &mut HostBatch, plan_len: u32) {
+    let HostIndex::BlockTable { table, max_blocks_per_seq } = &mut batch.index else { return };
+    let KvLayout::BlockTable { kernel_block_size, .. } = batch.problem.layout else { return };
+    let width = (plan_len as usize).div_ceil(kernel_block_size).max(*max_blocks_per_seq);
+    let rows = batch.seq_lens.len();
+    let mut wide = Vec::with_capacity(rows * width);
+    for row in 0..rows {
+        let old = &table[row * *max_blocks_per_seq..(row + 1) * *max_blocks_per_seq];
+        let filler = old.first().copied().unwrap_or(0);
+        wide.extend_from_slice(old);
+        wide.resize((row + 1) * width, filler);
+    }
+    *table = wide;
+    *max_blocks_per_seq = width;
+}
+
 /// A bandwidth in GB/s as TB/s on a GPU's scale, as GB/s on a CPU's.
 fn bandwidth(gbps: f64) -> String {
     if gbps >= 1e3 {
@@ -310,21 +360,37 @@ fn bandwidth(gbps: f64) -> String {
     }
 }
 
+/// How a shape is planned: under each of `policies`, for its own lengths or
+/// (`plan_seq_len`) for sequences that long.
+#[derive(Clone, Copy)]
+struct BenchPlan<'a> {
+    policies: &'a [Policy],
+    plan_seq_len: Option<u32>,
+}
+
 /// Generates, checks and times one shape under each policy, calling `emit` per row.
 fn bench_shape(
     backend: &Backend,
     shape: &Shape,
     problem: &DecodeProblem,
-    policies: &[Policy],
+    planned: BenchPlan<'_>,
     copy_gbps: f64,
     mut evictor: Option<&mut Evictor>,
     mut emit: impl FnMut(Row<'_>) -> CliResult<()>,
 ) -> CliResult<()> {
     let gpu = backend.name() != "cpu";
-    let plans = policies.iter().map(|&policy| backend.plan(problem, policy)).collect::<Result<Vec<_>, _>>()?;
+    let policies = planned.policies;
+    let mut batch = HostBatch::random(problem, 0xBE7C);
+    let plan_problem = match planned.plan_seq_len {
+        None => problem.clone(),
+        Some(plan_len) => {
+            widen_block_table(&mut batch, plan_len);
+            DecodeProblem::new(problem.shape, problem.dtypes, problem.layout, vec![plan_len; problem.num_seqs()])?
+        }
+    };
+    let plans = policies.iter().map(|&policy| backend.plan(&plan_problem, policy)).collect::<Result<Vec<_>, _>>()?;
     let workspace_bytes = plans.iter().map(|p| p.workspace_bytes).max().unwrap_or(0);
 
-    let mut batch = HostBatch::random(problem, 0xBE7C);
     let shape_dims = problem.shape;
     // The first sequences whose reference fits the budget (at least one).
     let macs_per_token = 2 * (shape_dims.num_q_heads * shape_dims.head_dim) as u64;

@@ -117,6 +117,36 @@ fn bench_cold_times_behind_the_evictor_and_labels_its_rows() {
     assert!(us > 0.0 && us.is_finite(), "{rows}");
 }
 
+/// `bench --plan-seq-len` on the CPU: planned for long sequences, run (and
+/// checked against the reference) at shorter ones, labelled in the CSV; a
+/// plan length shorter than a shape is refused before anything runs.
+#[test]
+fn bench_planned_for_longer_sequences_runs_checked_rows_at_the_shapes_lengths() {
+    let csv = std::env::temp_dir().join(format!("decode-attn-plan-{}.csv", std::process::id()));
+    let output = Command::new(BINARY)
+        .args(["bench", "--backend", "cpu", "--model", "llama3-8b", "--batch", "2", "--seq-len", "300"])
+        .args(["--plan-seq-len", "5000", "--csv"])
+        .arg(&csv)
+        .output()
+        .expect("run decode-attn bench --plan-seq-len");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "bench failed:\n{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let rows = std::fs::read_to_string(&csv).expect("the CSV was written");
+    let _ = std::fs::remove_file(&csv);
+    let row: Vec<&str> = rows.lines().nth(1).unwrap_or_else(|| panic!("no row:\n{rows}")).split(',').collect();
+    assert_eq!(&row[..5], ["llama3-8b", "2", "300", "decode-attn", "cpu/plan5000/auto"], "{rows}");
+    let relerr: f64 = row[8].parse().expect("relerr is a number");
+    assert!(relerr < 1e-2, "{rows}");
+
+    let refused = Command::new(BINARY)
+        .args(["bench", "--backend", "cpu", "--model", "llama3-8b", "--batch", "1", "--seq-len", "300"])
+        .args(["--plan-seq-len", "299"])
+        .output()
+        .expect("run decode-attn bench --plan-seq-len");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("--plan-seq-len 299 is shorter"), "{stderr}");
+}
+
 #[test]
 fn the_elf_reader_rejects_what_is_not_elf() {
     assert!(needed_libraries(b"#!/bin/sh\n").is_err());
