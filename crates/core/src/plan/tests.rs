@@ -497,3 +497,37 @@ fn auto_gives_each_warp_a_split_where_a_head_keeps_few_partial_rows() {
     let stream = plan(&f32_problem, Policy::Auto, &DeviceProps::gpu_like_for(132, &f32_problem)).unwrap();
     assert_eq!(stream.splits_per_cta, 1, "{stream}");
 }
+
+/// A plan of equal lengths carries a floor on tiles per split for the shorter
+/// lengths a captured graph replays it at, without changing how the planned
+/// lengths themselves are cut.
+#[test]
+fn auto_floors_the_split_size_for_shorter_replays_and_cuts_the_planned_lengths_as_before() {
+    for (heads, kv_heads) in [(32, 8), (8, 1)] {
+        for batch in [1, 4, 16, 64] {
+            for seq_len in [1024, 4096, 16384, 65536] {
+                let p = problem(heads, kv_heads, vec![seq_len; batch]);
+                let device = DeviceProps::gpu_like_for(132, &p);
+                let planned = plan(&p, Policy::Auto, &device).unwrap();
+                let unfloored = SplitRule { min_tiles_per_split: 1, ..planned.rule };
+                assert_eq!(planned.rule.split(seq_len), unfloored.split(seq_len), "{planned}");
+                if planned.rule.min_tiles_per_split > 1 {
+                    assert!(planned.reason.contains("where a replay's sequences are shorter"), "{planned}");
+                }
+            }
+        }
+    }
+    // Llama-3-8B at B=1 planned for 65536 tokens: 32 splits; replayed at 1024
+    // tokens, 16 splits of 4 tiles (what a plan for 1024 gives), not 32 of 2.
+    let long = plan(&llama3_8b(1, 65536), Policy::Auto, &h200()).unwrap();
+    assert_eq!((long.rule.num_splits, long.rule.min_tiles_per_split), (32, 4), "{long}");
+    let replay = long.rule.split(1024);
+    assert_eq!((replay.active_splits, replay.tiles_per_split), (16, 4));
+    let short = plan(&llama3_8b(1, 1024), Policy::Auto, &h200()).unwrap();
+    assert_eq!(short.rule.split(1024).tiles_per_split, 4, "{short}");
+    // Unequal lengths (not how a graph is planned) and other policies: no floor.
+    let mixed = plan(&problem(32, 8, vec![65536, 60000]), Policy::Auto, &h200()).unwrap();
+    assert_eq!(mixed.rule.min_tiles_per_split, 1, "{mixed}");
+    let fixed = plan(&llama3_8b(1, 65536), Policy::Fixed { splits: 32 }, &h200()).unwrap();
+    assert_eq!(fixed.rule.min_tiles_per_split, 1, "{fixed}");
+}
