@@ -324,22 +324,29 @@ struct SeqSplit {
     unsigned long long active_splits;
 };
 
-// tiles = ceil(len / 16); tiles_per_split = max(min_tiles_per_split, 1, ceil(tiles / num_splits));
-// active_splits = ceil(tiles / tiles_per_split). For 0 <= len (every caller
-// checks it first).
+// tiles = ceil(len / 16); splits = short_splits where 0 < short_splits <
+// num_splits and tiles < short_below_tiles, else num_splits; tiles_per_split =
+// max(min_tiles_per_split, 1, ceil(tiles / splits)); active_splits = ceil(tiles
+// / tiles_per_split). For 0 <= len (every caller checks it first).
 //
 // In 32 bits, which hold every operand (tiles < 2^27, the rest below 2^31):
 // a 64-bit division is a subroutine of about a hundred instructions, and
 // this runs between a CTA's length load and its first block-table load. A
 // 32-bit division's reciprocal is computed from the divisor alone, so for
-// num_splits (a parameter) it is ready before the length arrives. Callers on
-// that path test a split against `tiles` with a multiplication, so the
-// second division (by the per-sequence tiles_per_split) stays off it.
+// num_splits (a parameter) it is ready before the length arrives; so is
+// short_splits', and both divisions are made before the length picks one.
+// Callers on that path test a split against `tiles` with a multiplication,
+// so the second division (by the per-sequence tiles_per_split) stays off it.
 DA_DEVICE SeqSplit split_rule(const DecodeParams& p, int len) {
     const unsigned tiles = ((unsigned)len + DECODE_TILE_TOKENS - 1) / DECODE_TILE_TOKENS;
     const unsigned num_splits = p.num_splits > 0 ? (unsigned)p.num_splits : 1u;
+    const bool has_short = p.short_splits > 0 && (unsigned)p.short_splits < num_splits;
+    const unsigned short_splits = has_short ? (unsigned)p.short_splits : num_splits;
     unsigned per = p.min_tiles_per_split > 0 ? (unsigned)p.min_tiles_per_split : 1u;
-    const unsigned even = (tiles + num_splits - 1) / num_splits;
+    const unsigned even_long = (tiles + num_splits - 1) / num_splits;
+    const unsigned even_short = (tiles + short_splits - 1) / short_splits;
+    const bool is_short = has_short && p.short_below_tiles > 0 && tiles < (unsigned)p.short_below_tiles;
+    const unsigned even = is_short ? even_short : even_long;
     if (even > per) per = even;
     SeqSplit s;
     s.tiles = tiles;

@@ -19,7 +19,9 @@
 //
 // Splits (must match decode_attn_core::plan::SplitRule::split exactly):
 //   tiles           = ceil(seq_len / 16)
-//   tiles_per_split = max(min_tiles_per_split, ceil(tiles / num_splits))
+//   splits          = short_splits if 0 < short_splits < num_splits and tiles < short_below_tiles,
+//                     num_splits otherwise
+//   tiles_per_split = max(min_tiles_per_split, ceil(tiles / splits))
 //   active_splits   = ceil(tiles / tiles_per_split)
 //   split j covers tokens [j * tiles_per_split * 16, min((j + 1) * tiles_per_split * 16, seq_len))
 //
@@ -68,6 +70,8 @@ struct DecodeParams {
     float scale_log2;        // softmax_scale * log2(e): scores are kept in log2 units
     int grid_order;          // the tensor-core and stream kernels' grid, DECODE_GRID_*
     int splits_per_cta;      // 1, or (tensor-core kernel, split calls) the CTA's warps take one split each
+    int short_splits;        // 0, or the splits of a sequence of fewer than short_below_tiles tiles
+    int short_below_tiles;
     int _pad;
 };
 

@@ -220,10 +220,15 @@ struct KvgCut {
     long long active;        // active splits
 };
 
-// tiles = ceil(len / 16); per = max(min_tiles_per_split, 1, ceil(tiles / num_splits)); active = ceil(tiles / per).
+// tiles = ceil(len / 16); splits = short_splits where 0 < short_splits <
+// num_splits and tiles < short_below_tiles, else num_splits;
+// per = max(min_tiles_per_split, 1, ceil(tiles / splits)); active = ceil(tiles / per).
 DA_DEVICE KvgCut kvg_cut(const DecodeParams& p, int len) {
     const long long tiles = ((long long)len + DECODE_TILE_TOKENS - 1) / DECODE_TILE_TOKENS;
-    const long long splits = p.num_splits > 0 ? (long long)p.num_splits : 1;
+    long long splits = p.num_splits > 0 ? (long long)p.num_splits : 1;
+    if (p.short_splits > 0 && p.short_splits < splits && tiles < (long long)p.short_below_tiles) {
+        splits = p.short_splits;
+    }
     long long per = p.min_tiles_per_split > 1 ? (long long)p.min_tiles_per_split : 1;
     const long long even = (tiles + splits - 1) / splits;
     if (even > per) per = even;

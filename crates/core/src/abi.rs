@@ -69,6 +69,10 @@ pub struct DecodeParams {
     /// 1, or (the tensor-core kernel's split calls) splits one CTA takes,
     /// one per warp; set by the CUDA backend from its launch.
     pub splits_per_cta: i32,
+    /// [`SplitRule::short_splits`](crate::SplitRule::short_splits) and
+    /// [`SplitRule::short_below_tiles`](crate::SplitRule::short_below_tiles).
+    pub short_splits: i32,
+    pub short_below_tiles: i32,
     /// Keeps the struct's size a multiple of 8 with no bytes unwritten.
     pub _pad: i32,
 }
@@ -156,6 +160,10 @@ impl DecodeParams {
             scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
             grid_order: GRID_SEQS_FIRST,
             splits_per_cta: 1,
+            // Both below num_splits and the longest length's tiles (the
+            // planner's invariant), so they fit i32 as num_splits does.
+            short_splits: plan.rule.short_splits.min(i32::MAX as u32) as i32,
+            short_below_tiles: plan.rule.short_below_tiles.min(i32::MAX as u32) as i32,
             _pad: 0,
         })
     }
@@ -265,8 +273,8 @@ mod tests {
 
     #[test]
     fn layout_matches_decode_params_h() {
-        // 10 pointers, 2 long longs, 11 ints and a float.
-        assert_eq!(size_of::<DecodeParams>(), 144);
+        // 10 pointers, 2 long longs, 13 ints and a float.
+        assert_eq!(size_of::<DecodeParams>(), 152);
         assert_eq!(align_of::<DecodeParams>(), 8);
         let pointers = [
             offset_of!(DecodeParams, q),
@@ -295,9 +303,11 @@ mod tests {
             offset_of!(DecodeParams, scale_log2),
             offset_of!(DecodeParams, grid_order),
             offset_of!(DecodeParams, splits_per_cta),
+            offset_of!(DecodeParams, short_splits),
+            offset_of!(DecodeParams, short_below_tiles),
             offset_of!(DecodeParams, _pad),
         ];
-        assert_eq!(words, [96, 100, 104, 108, 112, 116, 120, 124, 128, 132, 136, 140]);
+        assert_eq!(words, [96, 100, 104, 108, 112, 116, 120, 124, 128, 132, 136, 140, 144, 148]);
     }
 
     #[test]
@@ -346,6 +356,8 @@ mod tests {
                 "scale_log2",
                 "grid_order",
                 "splits_per_cta",
+                "short_splits",
+                "short_below_tiles",
                 "_pad",
             ]
         );

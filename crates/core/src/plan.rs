@@ -8,7 +8,9 @@
 //! `tiles = ceil(s / 16)` tiles, and the [`SplitRule`] gives it
 //!
 //! ```text
-//! tiles_per_split = max(min_tiles_per_split, ceil(tiles / num_splits))
+//! splits          = short_splits  if 0 < short_splits < num_splits and tiles < short_below_tiles
+//!                   num_splits    otherwise
+//! tiles_per_split = max(min_tiles_per_split, ceil(tiles / splits))
 //! active_splits   = ceil(tiles / tiles_per_split)        (0 when s = 0)
 //! ```
 //!
@@ -19,7 +21,9 @@
 //! fixed, the counts are computed on the device, and the reducer reads exactly
 //! the partial rows that the producers of that replay wrote.
 //!
-//! Policies choose `num_splits` and `min_tiles_per_split`:
+//! Policies choose `num_splits` and `min_tiles_per_split`; only `auto` sets
+//! `short_splits`, for the shorter lengths a plan of equal lengths may be
+//! replayed at:
 //! `vllm`, `sglang`, `fixed:N`, `deterministic:TILE` and `auto` (ours).
 
 use serde::{Deserialize, Serialize};
@@ -146,12 +150,37 @@ pub struct SplitRule {
     pub num_splits: u32,
     /// No split gets fewer tiles than this (except a sequence's last).
     pub min_tiles_per_split: u32,
+    /// A sequence of fewer than `short_below_tiles` tiles is cut into this
+    /// many splits instead of `num_splits` (0: every sequence into
+    /// `num_splits`). `auto` sets it where a plan of equal lengths, replayed
+    /// at shorter ones (a captured graph), serves those better with fewer.
+    #[serde(default)]
+    pub short_splits: u32,
+    #[serde(default)]
+    pub short_below_tiles: u32,
 }
 
 impl SplitRule {
+    /// `num_splits` splits of at least `min_tiles_per_split` tiles for every length.
+    pub const fn new(num_splits: u32, min_tiles_per_split: u32) -> SplitRule {
+        SplitRule { num_splits, min_tiles_per_split, short_splits: 0, short_below_tiles: 0 }
+    }
+
+    /// The splits a sequence of `tiles` tiles is cut into (before the floor
+    /// of `min_tiles_per_split` merges some).
+    pub fn splits_for(&self, tiles: u32) -> u32 {
+        let num_splits = self.num_splits.max(1);
+        if self.short_splits > 0 && self.short_splits < num_splits && tiles < self.short_below_tiles {
+            self.short_splits
+        } else {
+            num_splits
+        }
+    }
+
     pub fn split(&self, seq_len: u32) -> SeqSplit {
         let tiles = cdiv(seq_len as u64, TILE_TOKENS as u64) as u32;
-        let tiles_per_split = self.min_tiles_per_split.max(1).max(cdiv(tiles as u64, self.num_splits as u64) as u32);
+        let splits = self.splits_for(tiles);
+        let tiles_per_split = self.min_tiles_per_split.max(1).max(cdiv(tiles as u64, splits as u64) as u32);
         let active_splits = cdiv(tiles as u64, tiles_per_split as u64) as u32;
         SeqSplit { seq_len, tiles, tiles_per_split, active_splits }
     }
@@ -283,7 +312,7 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
         Policy::Vllm { batch_invariant } => vllm(problem, batch_invariant),
         Policy::Sglang { max_kv_splits } => sglang(problem, max_kv_splits, device.num_sms),
         Policy::Fixed { splits } => (
-            SplitRule { num_splits: splits, min_tiles_per_split: 1 },
+            SplitRule::new(splits, 1),
             PolicyDetail::Fixed { splits },
             format!("fixed: {splits} splits of ceil(tiles / {splits}) tiles for every sequence"),
         ),
@@ -291,7 +320,7 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
             let per = tile_tokens / TILE_TOKENS;
             let splits = cdiv(max_tiles as u64, per as u64).clamp(1, MAX_SPLITS as u64) as u32;
             (
-                SplitRule { num_splits: splits, min_tiles_per_split: per },
+                SplitRule::new(splits, per),
                 PolicyDetail::Deterministic { tile_tokens },
                 format!(
                     "deterministic: splits of {tile_tokens} tokens, so each sequence is cut by its own length \
@@ -321,13 +350,21 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
     // Equal lengths: how an engine plans the graph it captures for a batch size.
     let equal_lengths = problem.seq_lens.iter().all(|&len| len == max_seq_len);
     if policy == Policy::Auto && rule.num_splits > 1 && equal_lengths {
-        let cta_rule = SplitRule { num_splits: rule.num_splits / splits_per_cta, min_tiles_per_split: 1 };
-        let cta_tiles = replay_min_tiles(problem, device, cta_rule);
-        if cta_tiles > 1 {
-            // Per warp where each warp takes a split; never more than the
-            // planned lengths' split already has, so they are cut as before.
-            let longest_per_split = rule.split(max_seq_len).tiles_per_split;
-            rule.min_tiles_per_split = (cta_tiles / splits_per_cta).clamp(1, longest_per_split);
+        let cta_rule = replay_rule(problem, device, SplitRule::new(rule.num_splits / splits_per_cta, 1));
+        // Per warp where each warp takes a split: as many times the splits,
+        // splits a quarter as long; never a floor above the planned lengths'
+        // own split, so they are cut as before.
+        let longest_per_split = rule.split(max_seq_len).tiles_per_split;
+        rule.min_tiles_per_split = (cta_rule.min_tiles_per_split / splits_per_cta).clamp(1, longest_per_split);
+        if cta_rule.short_splits > 0 {
+            rule.short_splits = cta_rule.short_splits * splits_per_cta;
+            rule.short_below_tiles = cta_rule.short_below_tiles;
+            reason.push_str(&format!(
+                "; a replay's sequences of fewer than {} tiles get {} splits",
+                rule.short_below_tiles, rule.short_splits
+            ));
+        }
+        if rule.min_tiles_per_split > 1 {
             reason.push_str(&format!(
                 "; splits of at least {} tiles where a replay's sequences are shorter than planned",
                 rule.min_tiles_per_split
@@ -397,7 +434,7 @@ fn vllm(problem: &DecodeProblem, batch_invariant: bool) -> (SplitRule, PolicyDet
     let vllm_grid =
         if split { vec![num_q_blocks, num_kv_heads, NUM_SEGMENTS] } else { vec![num_q_blocks, num_kv_heads] };
     (
-        SplitRule { num_splits: if split { NUM_SEGMENTS } else { 1 }, min_tiles_per_split: 1 },
+        SplitRule::new(if split { NUM_SEGMENTS } else { 1 }, 1),
         PolicyDetail::Vllm { block_m, block_q, num_q_blocks, num_segments: NUM_SEGMENTS, vllm_grid, split },
         reason,
     )
@@ -431,7 +468,7 @@ fn sglang(problem: &DecodeProblem, max_kv_splits: u32, num_sms: u32) -> (SplitRu
          sequence, chunks of {chunk} tokens"
     );
     (
-        SplitRule { num_splits: most, min_tiles_per_split: cdiv(chunk, TILE_TOKENS as u64) as u32 },
+        SplitRule::new(most, cdiv(chunk, TILE_TOKENS as u64) as u32),
         PolicyDetail::Sglang {
             max_kv_splits,
             ext_device_core_count: ext_device_core_count as u32,
@@ -569,32 +606,35 @@ fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -
     stream_us.max(cta_us) + reduce_us + shared_sm_us + empty_us + WAVE_US * (waves - 1.0)
 }
 
-/// The shortest replay length [`replay_min_tiles`] weighs: below it a call is
+/// The shortest replay length [`replay_rule`] weighs: below it a call is
 /// its fixed cost whatever the cut (70B at TP=8, B=1, 1024 tokens: 4.7 µs
 /// for 0.5 MiB), and a floor fitted there would cost the lengths that read.
 const REPLAY_MIN_LEN: u32 = 1024;
 
-/// The floor on tiles per split (of a CTA: `rule` is per CTA) that serves
-/// best the shorter lengths a plan of equal lengths may be replayed at: an
-/// engine captures one CUDA graph per batch size, planned for its longest
+/// The cut of shorter sequences that serves best the lengths a plan of equal
+/// lengths may be replayed at (`rule` is per CTA: one split each): an engine
+/// captures one CUDA graph per batch size, planned for its longest
 /// sequences, and replays it at every length, the kernels cutting each
-/// sequence by the same rule from the lengths they read. Without a floor a
-/// short sequence is cut into as many splits as the longest, of a tile or
-/// two each (Llama-3-8B, B=1, planned for 65536 tokens and run at 1024: 32
-/// splits of 2 tiles, 6.68 µs against 5.82 planned for 1024; s24, H200).
+/// sequence by the same rule from the lengths they read. Left alone, a short
+/// sequence is cut into as many splits as the longest, of a tile or two each
+/// (Llama-3-8B, B=1, planned for 65536 tokens and run at 1024: 32 splits of 2
+/// tiles, 6.68 µs against 5.82 planned for 1024; s24, H200), where a plan for
+/// its own length would make fewer CTAs per sequence, or none split at all.
 ///
-/// Candidates are powers of two up to the planned lengths' own split size, so
-/// the planned lengths are cut exactly as without a floor; each is estimated
-/// at a quarter, a sixteenth, ... of the planned length (down to
-/// `REPLAY_MIN_LEN` tokens)
-/// against `auto`'s own plan for that length, and the one with the smallest
-/// geometric mean of those ratios wins where it beats no floor by 1%. (The
-/// mean, not the worst ratio: a length that no floor helps would otherwise
-/// decide alone.)
-fn replay_min_tiles(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -> u32 {
+/// Two levers, neither of which touches the planned lengths: a floor on tiles
+/// per split (powers of two up to the planned lengths' own split size), and
+/// a smaller split count for sequences shorter than a threshold (at most the
+/// planned lengths' tiles). Each combination is estimated by the cost model
+/// at a half, a quarter, ... of the planned length, down to
+/// `REPLAY_MIN_LEN` tokens, against `auto`'s own plan for that length; the
+/// one with the smallest geometric mean of those ratios wins where it beats
+/// leaving the rule alone by 1%. (The mean, not the worst ratio: a length
+/// that nothing helps would otherwise decide alone.)
+fn replay_rule(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -> SplitRule {
     let max_len = problem.max_seq_len();
+    let tiles = |len: u32| len.div_ceil(TILE_TOKENS);
     let planned_per_split = rule.split(max_len).tiles_per_split;
-    let shorter: Vec<(DecodeProblem, f64)> = std::iter::successors(Some(max_len / 4), |&len| Some(len / 4))
+    let shorter: Vec<(DecodeProblem, f64)> = std::iter::successors(Some(max_len / 2), |&len| Some(len / 2))
         .take_while(|&len| len >= REPLAY_MIN_LEN)
         .filter_map(|len| {
             let replay = DecodeProblem { seq_lens: vec![len; problem.num_seqs()], ..problem.clone() };
@@ -602,32 +642,44 @@ fn replay_min_tiles(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRu
             (best > 0.0).then_some((replay, best))
         })
         .collect();
-    let mean_ratio = |min_tiles_per_split| {
-        let floored = SplitRule { min_tiles_per_split, ..rule };
-        let log_sum: f64 =
-            shorter.iter().map(|(replay, best)| (estimate_us(replay, device, floored) / best).ln()).sum();
-        (log_sum / shorter.len().max(1) as f64).exp()
-    };
-    let unfloored = mean_ratio(1);
-    let mut chosen = (1, unfloored);
-    let mut tiles = 2;
-    while tiles <= planned_per_split {
-        let ratio = mean_ratio(tiles);
-        if ratio < chosen.1 {
-            chosen = (tiles, ratio);
-        }
-        tiles *= 2;
+    if shorter.is_empty() {
+        return rule;
     }
-    if chosen.1 < unfloored * 0.99 {
-        chosen.0
+    let mean_ratio = |candidate: SplitRule| {
+        let log_sum: f64 =
+            shorter.iter().map(|(replay, best)| (estimate_us(replay, device, candidate) / best).ln()).sum();
+        (log_sum / shorter.len() as f64).exp()
+    };
+    let powers_below =
+        |limit: u32| std::iter::successors(Some(1u32), |&x| x.checked_mul(2)).take_while(move |&x| x < limit);
+    // Thresholds: each evaluated length and the planned one (every shorter
+    // sequence); all at most the planned lengths' tiles.
+    let thresholds: Vec<u32> =
+        shorter.iter().map(|(replay, _)| tiles(replay.max_seq_len())).chain([tiles(max_len)]).collect();
+    let mut candidates = vec![rule];
+    for min_tiles_per_split in powers_below(planned_per_split + 1) {
+        candidates.push(SplitRule { min_tiles_per_split, ..rule });
+        for short_splits in powers_below(rule.num_splits) {
+            for &short_below_tiles in &thresholds {
+                candidates.push(SplitRule { min_tiles_per_split, short_splits, short_below_tiles, ..rule });
+            }
+        }
+    }
+    let unchanged = mean_ratio(rule);
+    let (best, ratio) = candidates
+        .into_iter()
+        .map(|candidate| (candidate, mean_ratio(candidate)))
+        .fold((rule, unchanged), |best, next| if next.1 < best.1 { next } else { best });
+    if ratio < unchanged * 0.99 {
+        best
     } else {
-        1
+        rule
     }
 }
 
 fn auto(problem: &DecodeProblem, device: &DeviceProps) -> (SplitRule, PolicyDetail, String) {
     let max_tiles = cdiv(problem.max_seq_len() as u64, TILE_TOKENS as u64) as u32;
-    let unsplit = SplitRule { num_splits: 1, min_tiles_per_split: 1 };
+    let unsplit = SplitRule::new(1, 1);
     let unsplit_us = estimate_us(problem, device, unsplit);
     let mut best = (unsplit, unsplit_us);
     // Candidates up to a few waves past the split count that first fills the
@@ -646,9 +698,9 @@ fn auto(problem: &DecodeProblem, device: &DeviceProps) -> (SplitRule, PolicyDeta
         // between the long ones' splits, which then start late.)
         let rule = if ragged {
             let chunk = max_tiles.div_ceil(num_splits);
-            SplitRule { num_splits: max_tiles.div_ceil(chunk), min_tiles_per_split: chunk }
+            SplitRule::new(max_tiles.div_ceil(chunk), chunk)
         } else {
-            SplitRule { num_splits, min_tiles_per_split: 1 }
+            SplitRule::new(num_splits, 1)
         };
         let us = estimate_us(problem, device, rule);
         // Only a clear win (1%) justifies more partial state.

@@ -304,7 +304,7 @@ impl DecodeAttention for CpuBackend {
             // and faulted in again on every call) and no merge for nothing.
             (false, true) if longest > split_tokens => {
                 let splits = (4 * threads).min(64).min(longest.div_ceil(split_tokens));
-                let rule = SplitRule { num_splits: splits as u32, min_tiles_per_split: PRIVATE_SPLIT_TILES };
+                let rule = SplitRule::new(splits as u32, PRIVATE_SPLIT_TILES);
                 match alloc_zeroed(num_seqs * shape.num_q_heads * splits * (shape.head_dim + 2) * 4) {
                     Ok(ws) => (Some(ws), rule, splits),
                     Err(_) => (None, plan.rule, num_splits),

@@ -304,3 +304,25 @@ fn calls_on_either_side_of_the_inline_size_match_the_reference() {
         }
     }
 }
+
+/// The split rule's short count (sequences below a threshold cut into fewer
+/// splits than the grid has, which `auto` sets for the shorter replays of a
+/// plan of equal lengths), here on a batch with lengths on both sides of the
+/// threshold, both layouts.
+#[test]
+fn short_split_counts_match_the_reference() {
+    use decode_attn_core::SplitRule;
+    let backend = backend();
+    for layout in LAYOUTS {
+        let lens = [4096, 2048, 2047, 300, 0, 17];
+        let batch = HostBatch::random(&problem(32, 8, 128, uniform(DType::Bf16), layout, &lens), 71);
+        let mut plan = backend.plan(&batch.problem, Policy::Fixed { splits: 16 }).unwrap();
+        plan.rule = SplitRule { short_splits: 3, short_below_tiles: 128, ..plan.rule };
+        let mut buffers = Buffers::new(&batch, &plan);
+        buffers.decode(&backend, &plan, None).unwrap();
+        let out = buffers.out_f32(&plan);
+        let err = relative_error(&out, &decode_reference(&batch, batch.problem.shape.default_scale()));
+        assert!(err <= 1e-2, "{layout}: relative error {err:e}");
+        assert_zero_rows(&batch, &out, &format!("{layout}"));
+    }
+}

@@ -564,3 +564,70 @@ fn warp_splits_match_the_reference_and_the_merged_warps() {
     let per_seq = 32 * 128;
     assert!(got[per_seq..2 * per_seq].iter().all(|&x| x == 0.0), "a length-0 sequence decodes to zeros");
 }
+
+/// Runs `plan` (made for `batch`'s lengths) at `lens` instead, as a replay
+/// does: the new lengths uploaded, the output poisoned; checks the result
+/// against the reference at those lengths.
+fn run_at_lengths(backend: &CudaBackend, plan: &decode_attn_core::Plan, batch: &HostBatch, lens: &[u32], what: &str) {
+    let mut device = DeviceBatch::new(backend, batch, plan.workspace_bytes);
+    let as_i32: Vec<i32> = lens.iter().map(|&s| s as i32).collect();
+    backend.upload(&mut device.seq_lens, &i32_bytes(&as_i32)).unwrap();
+    backend.decode(plan, device.args(true)).unwrap();
+    let got = download_f32(backend, &device.out, DType::Bf16);
+    let mut shorter = batch.clone();
+    shorter.problem.seq_lens = lens.to_vec();
+    shorter.seq_lens = as_i32;
+    let err = relative_error(&got, &decode_reference(&shorter, batch.problem.shape.default_scale()));
+    assert!(err < 1e-2, "{what}, lengths {lens:?}: relerr {err}");
+}
+
+/// The split rule's short count (`SplitRule::short_splits`: sequences below
+/// a threshold cut into fewer splits than the grid has), which only a replay
+/// at shorter lengths than planned reaches: on every kernel, with a plan of
+/// equal lengths given a short count by hand, and with lengths on both sides
+/// of the threshold; then on `auto`'s own rules, one with a split per warp
+/// and one that `auto` gave a short count and a floor.
+#[test]
+#[serial]
+fn short_split_counts_match_the_reference_on_every_kernel() {
+    use decode_attn_core::SplitRule;
+    use decode_attn_cuda::DecodeKernel;
+    if !device_present() {
+        return;
+    }
+    let long = problem(KvLayout::block_table(16), vec![4096; 3]);
+    let mut batch = HostBatch::random(&long, 61);
+    batch.poison_unused_slots();
+    for kernel in [DecodeKernel::Auto, DecodeKernel::Stream, DecodeKernel::Staged, DecodeKernel::KvGrid] {
+        let backend = CudaBackend::with_options(0, CudaOptions { kernel, ..CudaOptions::default() }).unwrap();
+        let mut plan = backend.plan(&long, Policy::Fixed { splits: 16 }).unwrap();
+        plan.rule = SplitRule { short_splits: 3, short_below_tiles: 128, ..plan.rule };
+        // 127 tiles and fewer: 3 splits; 128 and more: 16.
+        run_at_lengths(&backend, &plan, &batch, &[4096, 2032, 300], &format!("{kernel:?}"));
+        run_at_lengths(&backend, &plan, &batch, &[2048, 2047, 0], &format!("{kernel:?}"));
+    }
+    let backend = CudaBackend::new(0).unwrap();
+    // A split per warp (64 splits, 4 per CTA) with a short count of 6 by hand.
+    let warps = problem(KvLayout::block_table(16), vec![16384]);
+    let mut plan = backend.plan(&warps, Policy::Auto).unwrap();
+    assert!(plan.splits_per_cta > 1, "{plan}");
+    plan.rule = SplitRule { short_splits: 6, short_below_tiles: 512, ..plan.rule };
+    let batch = HostBatch::random(&warps, 62);
+    for len in [16384, 8191, 4000, 33] {
+        run_at_lengths(&backend, &plan, &batch, &[len], "split per warp");
+    }
+    // Llama-3-70B at TP=8, B=1, planned for 65536 tokens: auto's own short count.
+    let long = DecodeProblem::new(
+        AttentionShape::new(8, 1, 128).unwrap(),
+        DTypes::uniform(DType::Bf16),
+        KvLayout::block_table(16),
+        vec![65536],
+    )
+    .unwrap();
+    let plan = backend.plan(&long, Policy::Auto).unwrap();
+    assert!(plan.rule.short_splits > 0, "{plan}");
+    let batch = HostBatch::random(&long, 63);
+    for len in [65536, 20000, 9000, 1000] {
+        run_at_lengths(&backend, &plan, &batch, &[len], "auto, planned for 65536");
+    }
+}

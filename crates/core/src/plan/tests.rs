@@ -155,7 +155,7 @@ fn auto_weighs_the_reduce_against_a_second_cta_per_sm() {
     // The reduce's share of the estimate grows with the split count.
     let free_reduce = DeviceProps { reduce_cta_gbps: 1e12, ..h200() };
     let reduce_us = |splits: u32| {
-        let rule = SplitRule { num_splits: splits, min_tiles_per_split: 1 };
+        let rule = SplitRule::new(splits, 1);
         estimate_us(&tp8.problem, &h200(), rule) - estimate_us(&tp8.problem, &free_reduce, rule)
     };
     assert!(reduce_us(512) > 3.0 * reduce_us(128) && reduce_us(128) > 0.0, "{} {}", reduce_us(512), reduce_us(128));
@@ -175,7 +175,7 @@ fn auto_keeps_one_cta_per_sm_where_that_covers_the_grid() {
     // Splits are whole steps of the CTA's 4 warps.
     assert_eq!(tp8.tiles_per_split % 4, 0, "{tp8}");
     // Without that step, 9 tiles per split look cheaper than 12; with it, the same.
-    let rule = |splits| SplitRule { num_splits: splits, min_tiles_per_split: 1 };
+    let rule = |splits| SplitRule::new(splits, 1);
     let one_step = DeviceProps { tiles_per_cta_step: 1, ..h200() };
     let short = problem(8, 1, vec![16384]);
     assert!(estimate_us(&short, &one_step, rule(114)) < estimate_us(&short, &one_step, rule(86)));
@@ -196,7 +196,7 @@ fn auto_fills_every_slot_for_a_kernel_bound_by_issue() {
     assert!(!mma.use_split, "{mma}");
     // n CTAs on an SM reach 1 - (1 - share)^n of it: a second CTA helps the
     // issue-bound kernel more than the memory-bound one.
-    let rule = |splits| SplitRule { num_splits: splits, min_tiles_per_split: 1 };
+    let rule = |splits| SplitRule::new(splits, 1);
     let long = llama3_8b(1, 65536);
     let gain = |device: &DeviceProps| estimate_us(&long, device, rule(16)) / estimate_us(&long, device, rule(33));
     let three_slots = DeviceProps { ctas_per_sm: 3, ..h200() };
@@ -222,7 +222,7 @@ fn a_partly_filled_last_wave_runs_at_its_own_occupancy() {
     assert_eq!(picked.rule.num_splits, 2, "{picked}");
     // One full wave plus 8 CTAs, each alone on its SM, costs less than two
     // full waves (264 slots on the tensor-core kernel's 2 per SM).
-    let rule = |splits| SplitRule { num_splits: splits, min_tiles_per_split: 1 };
+    let rule = |splits| SplitRule::new(splits, 1);
     let one_wave_and_some = llama3_8b(34, 4096); // 272 CTAs
     let two_waves = llama3_8b(66, 4096); // 528 CTAs
     let (some, two) = (estimate_us(&one_wave_and_some, &h200(), rule(1)), estimate_us(&two_waves, &h200(), rule(1)));
@@ -438,13 +438,10 @@ fn empty_ctas_are_charged() {
     // 64 one-tile sequences, one KV head: fixed:256 launches 255 empty CTAs
     // per sequence, fixed:64 63. On the H200: 43.6 against 14.8 us.
     let batch = problem(8, 1, vec![16; 64]);
-    let estimate = |num_splits| estimate_us(&batch, &h200(), SplitRule { num_splits, min_tiles_per_split: 1 });
+    let estimate = |num_splits| estimate_us(&batch, &h200(), SplitRule::new(num_splits, 1));
     assert!(estimate(256) > estimate(64) + 20.0, "{} against {}", estimate(256), estimate(64));
     let cpu = DeviceProps { empty_cta_us: 0.0, ..h200() };
-    assert_eq!(
-        estimate_us(&batch, &cpu, SplitRule { num_splits: 256, min_tiles_per_split: 1 }),
-        estimate_us(&batch, &cpu, SplitRule { num_splits: 64, min_tiles_per_split: 1 })
-    );
+    assert_eq!(estimate_us(&batch, &cpu, SplitRule::new(256, 1)), estimate_us(&batch, &cpu, SplitRule::new(64, 1)));
 }
 
 #[test]
@@ -498,36 +495,63 @@ fn auto_gives_each_warp_a_split_where_a_head_keeps_few_partial_rows() {
     assert_eq!(stream.splits_per_cta, 1, "{stream}");
 }
 
-/// A plan of equal lengths carries a floor on tiles per split for the shorter
-/// lengths a captured graph replays it at, without changing how the planned
-/// lengths themselves are cut.
+/// A plan of equal lengths carries a cut for the shorter lengths a captured
+/// graph replays it at, without changing how the planned lengths themselves
+/// are cut.
 #[test]
-fn auto_floors_the_split_size_for_shorter_replays_and_cuts_the_planned_lengths_as_before() {
+fn auto_cuts_shorter_replays_apart_and_the_planned_lengths_as_before() {
     for (heads, kv_heads) in [(32, 8), (8, 1)] {
         for batch in [1, 4, 16, 64] {
             for seq_len in [1024, 4096, 16384, 65536] {
                 let p = problem(heads, kv_heads, vec![seq_len; batch]);
                 let device = DeviceProps::gpu_like_for(132, &p);
                 let planned = plan(&p, Policy::Auto, &device).unwrap();
-                let unfloored = SplitRule { min_tiles_per_split: 1, ..planned.rule };
-                assert_eq!(planned.rule.split(seq_len), unfloored.split(seq_len), "{planned}");
-                if planned.rule.min_tiles_per_split > 1 {
-                    assert!(planned.reason.contains("where a replay's sequences are shorter"), "{planned}");
+                let plain = SplitRule::new(planned.rule.num_splits, 1);
+                assert_eq!(planned.rule.split(seq_len), plain.split(seq_len), "{planned}");
+                assert!(planned.rule.short_below_tiles <= seq_len.div_ceil(16), "{planned}");
+                if planned.rule != plain {
+                    assert!(planned.reason.contains("replay's sequences"), "{planned}");
                 }
             }
         }
     }
     // Llama-3-8B at B=1 planned for 65536 tokens: 32 splits; replayed at 1024
-    // tokens, 16 splits of 4 tiles (what a plan for 1024 gives), not 32 of 2.
+    // and 4096 tokens, 16 splits (what plans for those lengths give, as CTAs),
+    // not 32 of 2 and 8 tiles.
     let long = plan(&llama3_8b(1, 65536), Policy::Auto, &h200()).unwrap();
-    assert_eq!((long.rule.num_splits, long.rule.min_tiles_per_split), (32, 4), "{long}");
-    let replay = long.rule.split(1024);
-    assert_eq!((replay.active_splits, replay.tiles_per_split), (16, 4));
-    let short = plan(&llama3_8b(1, 1024), Policy::Auto, &h200()).unwrap();
-    assert_eq!(short.rule.split(1024).tiles_per_split, 4, "{short}");
-    // Unequal lengths (not how a graph is planned) and other policies: no floor.
+    assert_eq!(long.rule.num_splits, 32, "{long}");
+    for (len, tiles_per_split) in [(1024, 4), (4096, 16)] {
+        let replay = long.rule.split(len);
+        assert_eq!((replay.active_splits, replay.tiles_per_split), (16, tiles_per_split), "{len}: {long}");
+        let own = plan(&llama3_8b(1, len), Policy::Auto, &h200()).unwrap();
+        let cta_tiles = own.rule.split(len).tiles_per_split * own.splits_per_cta;
+        assert_eq!(cta_tiles, tiles_per_split, "{own}");
+    }
+    // Unequal lengths (not how a graph is planned) and other policies: the plain rule.
     let mixed = plan(&problem(32, 8, vec![65536, 60000]), Policy::Auto, &h200()).unwrap();
-    assert_eq!(mixed.rule.min_tiles_per_split, 1, "{mixed}");
+    assert_eq!(mixed.rule, SplitRule::new(mixed.rule.num_splits, 1), "{mixed}");
     let fixed = plan(&llama3_8b(1, 65536), Policy::Fixed { splits: 32 }, &h200()).unwrap();
-    assert_eq!(fixed.rule.min_tiles_per_split, 1, "{fixed}");
+    assert_eq!(fixed.rule, SplitRule::new(32, 1), "{fixed}");
+}
+
+#[test]
+fn short_sequences_take_the_short_split_count_below_the_threshold_only() {
+    let rule = SplitRule { num_splits: 32, min_tiles_per_split: 2, short_splits: 8, short_below_tiles: 100 };
+    // 99 tiles: 8 splits of 13; 100 tiles: 32 splits of 4 (ceil(100 / 32)).
+    assert_eq!((rule.split(99 * 16).active_splits, rule.split(99 * 16).tiles_per_split), (8, 13));
+    assert_eq!((rule.split(100 * 16).active_splits, rule.split(100 * 16).tiles_per_split), (25, 4));
+    // The floor still merges: 9 tiles in splits of at least 2.
+    assert_eq!(rule.split(9 * 16).active_splits, 5);
+    assert_eq!(rule.split(0).active_splits, 0);
+    // Off (0), or not fewer than num_splits: the plain rule.
+    for short_splits in [0, 32, 40] {
+        let other = SplitRule { short_splits, ..rule };
+        assert_eq!(other.split(99 * 16), SplitRule::new(32, 2).split(99 * 16));
+    }
+    // Every token is covered once, whichever count applies.
+    for len in [1, 15, 16, 17, 99 * 16, 100 * 16, 5000] {
+        let cut = rule.split(len);
+        let covered: u32 = (0..cut.active_splits).map(|j| cut.token_range(j)).map(|(a, b)| b - a).sum();
+        assert_eq!(covered, len);
+    }
 }
