@@ -334,7 +334,7 @@ struct SeqSplit {
 // this runs between a CTA's length load and its first block-table load. A
 // 32-bit division's reciprocal is computed from the divisor alone, so for
 // num_splits (a parameter) it is ready before the length arrives; so is
-// short_splits', and both divisions are made before the length picks one.
+// short_splits's, and both divisions are made before the length picks one.
 // Callers on that path test a split against `tiles` with a multiplication,
 // so the second division (by the per-sequence tiles_per_split) stays off it.
 DA_DEVICE SeqSplit split_rule(const DecodeParams& p, int len) {

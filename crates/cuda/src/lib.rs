@@ -637,6 +637,8 @@ impl CudaBackend {
             shared_mem_bytes: launch.shared_mem_bytes,
         };
         let pdl = self.programmatic_launch;
+        // A caller's thread may have another context current (or none).
+        self.ctx.bind_to_thread().map_err(driver_error)?;
         // SAFETY: `params` matches the kernel's `DecodeParams` (size-checked in
         // core's abi tests); every address in it points into a live allocation whose
         // size `DecodeArgs::check` verified against the plan, and the kernel
@@ -687,6 +689,7 @@ impl CudaBackend {
             block_dim: (DECODE_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
+        self.ctx.bind_to_thread().map_err(driver_error)?;
         // SAFETY: `params` matches `MergeParams`; `MergeArgs::check` verified
         // every buffer's size for these token, head and dim counts.
         unsafe { self.launch(stream, &f, config, &params, false) }
@@ -811,7 +814,8 @@ impl CudaBackend {
     /// it may start before the previous kernel finishes.
     ///
     /// # Safety
-    /// `stream` must be a live stream of this backend's context; `params`
+    /// This backend's context must be current on the calling thread and
+    /// `stream` a live stream of it; `params`
     /// must match the kernel's parameter and every address in it must be
     /// live; with `programmatic`, the kernel must wait (griddepcontrol.wait)
     /// before it reads anything the previous kernel writes.
@@ -823,8 +827,6 @@ impl CudaBackend {
         params: &ByValue<P>,
         programmatic: bool,
     ) -> Result<()> {
-        // A caller's thread may have another context current (or none).
-        self.ctx.bind_to_thread().map_err(driver_error)?;
         // SAFETY: CUlaunchAttribute is plain data (an id and a union of
         // integers); all-zero is a valid value that the fields below complete.
         let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
