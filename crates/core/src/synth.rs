@@ -140,6 +140,16 @@ impl HostBatch {
         }
     }
 
+    /// The same data and index at other lengths, as a captured graph replayed
+    /// after new lengths were uploaded sees the batch (a block-table row
+    /// addresses only the tokens its blocks hold).
+    pub fn at_lengths(&self, lens: &[u32]) -> HostBatch {
+        let mut batch = self.clone();
+        batch.problem.seq_lens = lens.to_vec();
+        batch.seq_lens = lens.iter().map(|&len| len as i32).collect();
+        batch
+    }
+
     /// The slot of token `t` of sequence `seq`, or `None` where the index
     /// (edited by a test, or lengths that outgrew their blocks) points
     /// outside itself or the pool: the kernels' guard cases.
@@ -216,6 +226,18 @@ mod tests {
             }
             assert_eq!(seen.len(), 118);
         }
+    }
+
+    #[test]
+    fn a_batch_at_other_lengths_keeps_its_data_and_index() {
+        let batch = HostBatch::random(&problem(KvLayout::block_table(16), vec![100, 40]), 3);
+        let shorter = batch.at_lengths(&[17, 0]);
+        assert_eq!(
+            (shorter.problem.seq_lens.as_slice(), shorter.seq_lens.as_slice()),
+            ([17, 0].as_slice(), [17, 0].as_slice())
+        );
+        assert_eq!((&shorter.q, &shorter.k_cache, &shorter.index), (&batch.q, &batch.k_cache, &batch.index));
+        assert_eq!(shorter.slot(0, 16), batch.slot(0, 16));
     }
 
     #[test]

@@ -6,8 +6,11 @@
 //! of another context are refused with errors that name them. Every test says
 //! plainly when it skips because this machine has no CUDA device.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::{download_f32, host_merge, nan_bytes, DeviceBatch};
 use cudarc::driver::sys::{self, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use decode_attn_core::synth::{i32_bytes, relative_error, HostBatch, HostIndex};
@@ -30,10 +33,6 @@ fn open() -> Option<(CudaBackend, Arc<CudaContext>, Arc<CudaStream>)> {
     let engine = CudaContext::new(0).expect("the engine's context");
     let stream = engine.new_stream().expect("the engine's stream");
     Some((backend, engine, stream))
-}
-
-fn nan_bytes(dtype: DType, bytes: usize) -> Vec<u8> {
-    dtype::encode(dtype, &vec![f32::NAN; bytes / dtype.size_bytes()])
 }
 
 /// One engine allocation holding `bytes` at `offset` (zeros around them).
@@ -209,9 +208,7 @@ fn decode_on_the_engines_stream_is_captured_in_its_graph_and_matches_the_referen
     engine.out.write(&stream, &nan_bytes(DType::Bf16, problem.out_bytes()));
     graph.launch().unwrap();
     let second = dtype::decode(DType::Bf16, &engine.out.read(&stream));
-    let mut shorter = batch.clone();
-    shorter.problem.seq_lens = replay_lens.iter().map(|&s| s as u32).collect();
-    shorter.seq_lens = replay_lens.to_vec();
+    let shorter = batch.at_lengths(&replay_lens.map(|len| len as u32));
     let err = relative_error(&second, &decode_reference(&shorter, problem.shape.default_scale()));
     assert!(err < 1e-2, "replay with new lengths: relerr {err}");
     assert!(second[32 * 128..2 * 32 * 128].iter().all(|&x| x == 0.0), "a length-0 sequence decodes to zeros");
@@ -344,30 +341,9 @@ fn a_stream_of_another_context_is_refused() {
 
 /// Upload, decode on the backend's own buffers and stream, download.
 fn decode_on_own_buffers(backend: &CudaBackend, plan: &decode_attn_core::Plan, batch: &HostBatch) -> Vec<f32> {
-    let upload = |bytes: &[u8]| {
-        let mut buffer = backend.alloc(bytes.len()).unwrap();
-        backend.upload(&mut buffer, bytes).unwrap();
-        buffer
-    };
-    let HostIndex::BlockTable { table, max_blocks_per_seq } = &batch.index else { panic!("a block table") };
-    let (q, k, v) = (upload(&batch.q), upload(&batch.k_cache), upload(&batch.v_cache));
-    let (lens, table) = (upload(&i32_bytes(&batch.seq_lens)), upload(&i32_bytes(table)));
-    let mut workspace = backend.alloc(plan.workspace_bytes as usize).unwrap();
-    let mut out = upload(&nan_bytes(DType::Bf16, batch.problem.out_bytes()));
-    let args = DecodeArgs {
-        q: &q,
-        k_cache: &k,
-        v_cache: &v,
-        seq_lens: &lens,
-        kv_index: KvIndexBuffers::BlockTable { table: &table, max_blocks_per_seq: *max_blocks_per_seq },
-        workspace: &mut workspace,
-        out: &mut out,
-        softmax_scale: None,
-    };
-    backend.decode(plan, args).unwrap();
-    let mut bytes = vec![0u8; out.len_bytes()];
-    backend.download(&out, &mut bytes).unwrap();
-    dtype::decode(DType::Bf16, &bytes)
+    let mut device = DeviceBatch::new(backend, batch, plan.workspace_bytes);
+    backend.decode(plan, device.args(true)).unwrap();
+    download_f32(backend, &device.out, DType::Bf16)
 }
 
 /// The merge op on the engine's stream over the engine's memory, its states
@@ -422,19 +398,7 @@ fn merge_on_the_engines_stream_over_its_views_matches_the_host_merge() {
 
     args(&mut out, &prefix_lse_dev).unwrap();
     let got = dtype::decode(DType::Bf16, &engine[4].read(&stream));
-    let p_in = dtype::decode(DType::Bf16, &dtype::encode(DType::Bf16, &prefix));
-    let s_in = dtype::decode(DType::Bf16, &dtype::encode(DType::Bf16, &suffix));
-    let mut want = vec![0f32; n];
-    for row in 0..tokens * heads {
-        let r = row * dim..(row + 1) * dim;
-        decode_attn_core::merge::merge_state(
-            &mut want[r.clone()],
-            &p_in[r.clone()],
-            prefix_lse[row],
-            &s_in[r],
-            suffix_lse[row],
-        );
-    }
+    let (want, _) = host_merge(DType::Bf16, dim, &prefix, &prefix_lse, &suffix, &suffix_lse);
     let want: Vec<f64> = want.iter().map(|&x| x as f64).collect();
     let err = relative_error(&got, &want);
     assert!(err < 1e-2, "relerr {err}");

@@ -3,13 +3,15 @@
 //! in device memory, and the merge op. Every test says plainly when it skips
 //! because this machine has no CUDA device.
 
+mod common;
+
+use common::{download_f32, host_merge, nan_bytes, upload, DeviceBatch};
 use decode_attn_core::synth::{i32_bytes, relative_error, HostBatch, HostIndex};
 use decode_attn_core::{
-    dtype, AttentionShape, DType, DTypes, DecodeArgs, DecodeAttention, DecodeProblem, KvIndexBuffers, KvLayout,
-    MergeArgs, Policy,
+    dtype, AttentionShape, DType, DTypes, DecodeArgs, DecodeAttention, DecodeProblem, KvLayout, MergeArgs, Policy,
 };
 use decode_attn_cpu::reference::decode_reference;
-use decode_attn_cuda::{CudaBackend, CudaBuffer, CudaOptions, KernelSource};
+use decode_attn_cuda::{CudaBackend, CudaOptions, KernelSource};
 use serial_test::serial;
 
 fn backend(kernels: KernelSource) -> Option<CudaBackend> {
@@ -34,74 +36,6 @@ fn device_present() -> bool {
             false
         }
     }
-}
-
-/// Device copies of a host batch.
-struct DeviceBatch {
-    q: CudaBuffer,
-    k: CudaBuffer,
-    v: CudaBuffer,
-    seq_lens: CudaBuffer,
-    index: (CudaBuffer, CudaBuffer, usize),
-    workspace: CudaBuffer,
-    out: CudaBuffer,
-}
-
-fn upload(backend: &CudaBackend, bytes: &[u8]) -> CudaBuffer {
-    let mut buffer = backend.alloc(bytes.len()).unwrap();
-    backend.upload(&mut buffer, bytes).unwrap();
-    buffer
-}
-
-impl DeviceBatch {
-    fn new(backend: &CudaBackend, batch: &HostBatch, workspace_bytes: u64) -> Self {
-        let index = match &batch.index {
-            HostIndex::BlockTable { table, max_blocks_per_seq } => {
-                (upload(backend, &i32_bytes(table)), backend.alloc(0).unwrap(), *max_blocks_per_seq)
-            }
-            HostIndex::TokenIndices { indptr, indices } => {
-                (upload(backend, &i32_bytes(indptr)), upload(backend, &i32_bytes(indices)), 0)
-            }
-        };
-        let out_bytes = batch.problem.out_bytes();
-        DeviceBatch {
-            q: upload(backend, &batch.q),
-            k: upload(backend, &batch.k_cache),
-            v: upload(backend, &batch.v_cache),
-            seq_lens: upload(backend, &i32_bytes(&batch.seq_lens)),
-            index,
-            workspace: backend.alloc(workspace_bytes as usize).unwrap(),
-            out: upload(backend, &nan_bytes(batch.problem.dtypes.out, out_bytes)),
-        }
-    }
-
-    fn args(&mut self, block_table: bool) -> DecodeArgs<'_, CudaBuffer> {
-        let kv_index = if block_table {
-            KvIndexBuffers::BlockTable { table: &self.index.0, max_blocks_per_seq: self.index.2 }
-        } else {
-            KvIndexBuffers::TokenIndices { indptr: &self.index.0, indices: &self.index.1 }
-        };
-        DecodeArgs {
-            q: &self.q,
-            k_cache: &self.k,
-            v_cache: &self.v,
-            seq_lens: &self.seq_lens,
-            kv_index,
-            workspace: &mut self.workspace,
-            out: &mut self.out,
-            softmax_scale: None,
-        }
-    }
-}
-
-fn nan_bytes(dtype: DType, bytes: usize) -> Vec<u8> {
-    dtype::encode(dtype, &vec![f32::NAN; bytes / dtype.size_bytes()])
-}
-
-fn download_f32(backend: &CudaBackend, buffer: &CudaBuffer, dtype: DType) -> Vec<f32> {
-    let mut bytes = vec![0u8; buffer.len_bytes()];
-    backend.download(buffer, &mut bytes).unwrap();
-    dtype::decode(dtype, &bytes)
 }
 
 use decode_attn_core::DeviceBuffer;
@@ -137,10 +71,7 @@ fn graph_replay_follows_new_lengths() {
     backend.upload(&mut device.out, &nan_bytes(DType::Bf16, long.out_bytes())).unwrap();
     graph.replay().unwrap();
     let second = download_f32(&backend, &device.out, DType::Bf16);
-    let mut shorter = batch.clone();
-    shorter.problem.seq_lens = replay_lens.clone();
-    shorter.seq_lens = replay_lens.iter().map(|&s| s as i32).collect();
-    let reference = decode_reference(&shorter, long.shape.default_scale());
+    let reference = decode_reference(&batch.at_lengths(&replay_lens), long.shape.default_scale());
     let err = relative_error(&second, &reference);
     assert!(err < 1e-2, "replay with new lengths: relerr {err}");
     let per_seq = 32 * 128;
@@ -173,10 +104,7 @@ fn split_reducer_with_and_without_programmatic_launch_under_graph_replay() {
             backend.upload(&mut device.out, &nan_bytes(DType::Bf16, capture.out_bytes())).unwrap();
             graph.replay().unwrap();
             let got = download_f32(&backend, &device.out, DType::Bf16);
-            let mut now = batch.clone();
-            now.problem.seq_lens = lens.clone();
-            now.seq_lens = lens_i32;
-            let reference = decode_reference(&now, capture.shape.default_scale());
+            let reference = decode_reference(&batch.at_lengths(&lens), capture.shape.default_scale());
             let err = relative_error(&got, &reference);
             assert!(err < 1e-2, "programmatic {programmatic_launch:?}, lengths {lens:?}: relerr {err}");
         }
@@ -261,10 +189,7 @@ fn bad_block_ids_in_device_memory_give_nan_not_a_crash() {
         let out = download_f32(&backend, &device.out, DType::Bf16);
         let per_seq = 32 * 128;
         assert!(out[..per_seq].iter().all(|x| x.is_nan()), "{policy}: the corrupt sequence must be NaN");
-        let mut good = batch.clone();
-        good.problem.seq_lens = vec![0, 100];
-        good.seq_lens = vec![0, 100];
-        let reference = decode_reference(&good, p.shape.default_scale());
+        let reference = decode_reference(&batch.at_lengths(&[0, 100]), p.shape.default_scale());
         let err = relative_error(&out[per_seq..], &reference[per_seq..]);
         assert!(err < 1e-2, "{policy}: the healthy sequence must be unaffected (relerr {err})");
     }
@@ -310,20 +235,7 @@ fn merge_attn_states_matches_the_host_merge() {
             .unwrap();
         let got = download_f32(&backend, &out, dtype);
         let got_lse = download_f32(&backend, &out_lse, DType::F32);
-        let p_in = dtype::decode(dtype, &dtype::encode(dtype, &prefix));
-        let s_in = dtype::decode(dtype, &dtype::encode(dtype, &suffix));
-        let mut want = vec![0f32; n];
-        let mut want_lse = vec![0f32; tokens * heads];
-        for row in 0..tokens * heads {
-            let r = row * dim..(row + 1) * dim;
-            want_lse[row] = decode_attn_core::merge::merge_state(
-                &mut want[r.clone()],
-                &p_in[r.clone()],
-                prefix_lse[row],
-                &s_in[r],
-                suffix_lse[row],
-            );
-        }
+        let (want, want_lse) = host_merge(dtype, dim, &prefix, &prefix_lse, &suffix, &suffix_lse);
         let want64: Vec<f64> = want.iter().map(|&x| x as f64).collect();
         let err = relative_error(&got, &want64);
         assert!(err < if dtype == DType::F32 { 1e-6 } else { 1e-2 }, "{dtype}: relerr {err}");
@@ -556,10 +468,7 @@ fn warp_splits_match_the_reference_and_the_merged_warps() {
     per_warp.upload(&mut device.out, &nan_bytes(DType::Bf16, p.out_bytes())).unwrap();
     graph.replay().unwrap();
     let got = download_f32(&per_warp, &device.out, DType::Bf16);
-    let mut shorter = batch.clone();
-    shorter.problem.seq_lens = replay_lens.to_vec();
-    shorter.seq_lens = replay_lens.iter().map(|&s| s as i32).collect();
-    let err = relative_error(&got, &decode_reference(&shorter, p.shape.default_scale()));
+    let err = relative_error(&got, &decode_reference(&batch.at_lengths(&replay_lens), p.shape.default_scale()));
     assert!(err < 1e-2, "replay with 37, 0, 1000, 3 tokens: relerr {err}");
     let per_seq = 32 * 128;
     assert!(got[per_seq..2 * per_seq].iter().all(|&x| x == 0.0), "a length-0 sequence decodes to zeros");
@@ -574,10 +483,7 @@ fn run_at_lengths(backend: &CudaBackend, plan: &decode_attn_core::Plan, batch: &
     backend.upload(&mut device.seq_lens, &i32_bytes(&as_i32)).unwrap();
     backend.decode(plan, device.args(true)).unwrap();
     let got = download_f32(backend, &device.out, DType::Bf16);
-    let mut shorter = batch.clone();
-    shorter.problem.seq_lens = lens.to_vec();
-    shorter.seq_lens = as_i32;
-    let err = relative_error(&got, &decode_reference(&shorter, batch.problem.shape.default_scale()));
+    let err = relative_error(&got, &decode_reference(&batch.at_lengths(lens), batch.problem.shape.default_scale()));
     assert!(err < 1e-2, "{what}, lengths {lens:?}: relerr {err}");
 }
 
