@@ -555,3 +555,23 @@ fn short_sequences_take_the_short_split_count_below_the_threshold_only() {
         assert_eq!(covered, len);
     }
 }
+
+#[test]
+fn replay_cuts_are_held_to_autos_own_bar() {
+    // Llama-3-70B at TP=8, B=4, planned for 65536 tokens: 32 splits. A floor
+    // of 4 tiles per split gives the cut of a plan for 1024 tokens (16 splits
+    // of 4 tiles) and of 256 (4 of 4); the cost model puts it within 1% of
+    // the plain rule on the lengths it weighs, so it is taken, as `auto`
+    // takes fewer splits unless more win by 1% (s25, H200: 5.67 -> 5.56 us at
+    // 1024 tokens, 4.98 -> 4.89 at 256).
+    let long = problem(8, 1, vec![65536; 4]);
+    let planned = plan(&long, Policy::Auto, &h200()).unwrap();
+    assert_eq!(planned.rule.num_splits, 32, "{planned}");
+    assert_eq!(planned.rule.min_tiles_per_split, 4, "{planned}");
+    for (len, own_splits) in [(1024, 16), (256, 4)] {
+        assert_eq!(planned.rule.split(len).active_splits, own_splits, "{len}: {planned}");
+        let own = plan(&problem(8, 1, vec![len; 4]), Policy::Auto, &h200()).unwrap();
+        assert_eq!(own.rule.split(len).active_splits, own_splits, "{own}");
+    }
+    assert_eq!(planned.rule.split(65536).active_splits, 32, "{planned}");
+}
