@@ -632,7 +632,8 @@ const REPLAY_MIN_LEN: u32 = 1024;
 /// own bar, where more splits must win by 1% (s25; until then a candidate
 /// had to win by 1%, which left Llama-3-70B at TP=8, B=4, planned for 65536
 /// tokens, 2% slower at 256 and 1024 tokens on the H200). (The mean, not the
-/// worst ratio: a length that nothing helps would otherwise decide alone.) The levers are searched one at a time (a floor,
+/// worst ratio: a length that nothing helps would otherwise decide alone.)
+/// The levers are searched one at a time (a floor,
 /// then a count under it, then the smallest floor under that count): on the
 /// shapes measured in s24 this picks what the search of every combination
 /// picked, in a third of its time (a Llama-3-8B plan at B=1 and 65536 tokens

@@ -562,8 +562,9 @@ fn replay_cuts_are_held_to_autos_own_bar() {
     // of 4 tiles per split gives the cut of a plan for 1024 tokens (16 splits
     // of 4 tiles) and of 256 (4 of 4); the cost model puts it within 1% of
     // the plain rule on the lengths it weighs, so it is taken, as `auto`
-    // takes fewer splits unless more win by 1% (s25, H200: 5.67 -> 5.56 us at
-    // 1024 tokens, 4.98 -> 4.89 at 256).
+    // takes fewer splits unless more win by 1% (s25, H200, with the kernels
+    // of branch s25-direct-single-split around it: 5.67 -> 5.56 us at 1024
+    // tokens, 4.98 -> 4.89 at 256).
     let long = problem(8, 1, vec![65536; 4]);
     let planned = plan(&long, Policy::Auto, &h200()).unwrap();
     assert_eq!(planned.rule.num_splits, 32, "{planned}");
