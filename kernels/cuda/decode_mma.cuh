@@ -10,7 +10,8 @@
 // to 16 query heads of one KV head, so for g <= 16 each K and V byte is read
 // from HBM exactly once.
 // The partial-state layout is the stream kernel's: decode_stream_reduce_*
-// merges the splits.
+// merges the splits, except a sequence's lone split, whose CTA writes the
+// output itself (cta_writes_output).
 //
 // Why tensor cores for decode: with g query heads per KV head, the CUDA-core
 // kernels spend 2g + 1 instructions per KV element (conversion, g FMAs for
@@ -593,7 +594,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     __syncthreads();
     DA_STAMP(0, 5);
     store_cta_state<T, HEAD_DIM, G::WARPS, HEADS>(p, warp_m, warp_l, warp_acc, warp_weight, num_heads, b, head0, split,
-                                                  bad);
+                                                  cta_writes_output(p, work), bad);
     DA_STAMP(0, 6);
 }
 

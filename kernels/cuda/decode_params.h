@@ -31,6 +31,12 @@
 // writes its own partial row; the grid's split dimension is then
 // ceil(num_splits / splits_per_cta).
 //
+// Lone splits (the stream and tensor-core kernels): in a split call with
+// splits_per_cta <= 1, a sequence with one active split has its output
+// written by that split's CTAs, not by the reducer, and no partial row;
+// the reducer leaves its output alone. The other kernels' reducers merge
+// every active split.
+//
 // Guards: a sequence whose length is negative, longer than its block-table
 // row, or whose slots or index range fall outside the pools, reads nothing
 // out of bounds: its outputs are written as NaN instead.

@@ -44,6 +44,22 @@ DA_DEVICE void da_wait_for_producer() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+// The same wait, with `count` (>= 0) and `address` computed before it. The
+// wait orders memory, not arithmetic, and ptxas sank the reducer's split
+// rule (32-bit divisions) and its row addresses below it, onto the chain
+// that starts when the decode grid ends. Here they guard the wait, with a
+// predicate that is always true, so they are ready before it.
+DA_DEVICE void da_wait_for_producer_after(int count, const void* address) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n\t.reg .pred ready;\n\t"
+        "setp.ge.s32 ready, %0, 0;\n\t"
+        "setp.ne.or.b64 ready, %1, 1, ready;\n\t"
+        "@ready griddepcontrol.wait;\n\t}" ::"r"(count),
+        "l"(address)
+        : "memory");
+#endif
+}
 // The launch's dynamic shared memory as a 16-byte aligned byte array `name`.
 #define DA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
@@ -142,23 +158,44 @@ DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w) {
     return true;
 }
 
+// Whether the CTA writes its heads' output rows itself rather than partial
+// rows for the reducer: in an unsplit call, and in a split call where the
+// sequence has one active split and the CTA takes that split alone (not one
+// split per warp). A graph planned for long sequences and replayed at short
+// ones, or the short sequences of a ragged batch, then skip the round trip
+// through the workspace; the reducer leaves those rows
+// (`reducer_merges`). The lone split is told from the CTA's own token
+// range (split 0 reaching the sequence's end), not from active_splits, so
+// no split count stays live through the main loop (s25: keeping it cost the
+// tensor-core kernel 19 instructions before its first copy).
+DA_DEVICE bool cta_writes_output(const DecodeParams& p, const CtaWork& w) {
+    return p.num_splits == 1 || (p.splits_per_cta <= 1 && w.split == 0 && w.end == w.seq.len);
+}
+
+// The reducer's side of cta_writes_output: whether it merges the partial
+// rows of a sequence with `active` active splits (0: it writes zeros).
+DA_DEVICE bool reducer_merges(const DecodeParams& p, unsigned long long active) {
+    return p.splits_per_cta > 1 || active != 1;
+}
+
 // The end of a decode CTA: merge its warps' (m_w, l_w, acc_w) from shared
 // memory (row h of warp w at w * HEADS + h) as
 //   M = max m_w, L = sum l_w 2^(m_w - M), A = sum acc_w 2^(m_w - M),
-// then write out = A / L (unsplit; NaN for a bad sequence) or the split's
-// partial row (A, M, L; a bad sequence poisons L with NaN).
+// then write out = A / L (`direct`, cta_writes_output; NaN for a bad
+// sequence) or the split's partial row (A, M, L; a bad sequence poisons L
+// with NaN).
 //
 // Two short steps, not one loop over the outputs: a thread per head turns
-// the warps' maxima into weights (1 / L folded in when unsplit), then every
+// the warps' maxima into weights (1 / L folded in when direct), then every
 // thread sums float4 columns in a fixed number of rounds. At small KV a CTA
 // spends as long here as in its main loop: the per-output loop this replaced
 // (a max, WARPS exponentials and a division per element, one trip after
 // another) took 1.3-1.5 us per CTA on the H200 (kernels/cuda/probe/timeline.cu).
 template <typename T, int HEAD_DIM, int WARPS, int HEADS>
 DA_DEVICE void store_cta_state(const DecodeParams& p, const float* warp_m, const float* warp_l, const float* warp_acc,
-                               float* weight, int num_heads, int b, int head0, int split, int bad) {
+                               float* weight, int num_heads, int b, int head0, int split, bool direct,
+                               int bad) {
     static_assert(HEAD_DIM % 4 == 0, "rows are whole float4");
-    const bool unsplit = p.num_splits == 1;
     const int tid = threadIdx.x;
     // weight: [HEADS][WARPS] in shared memory.
     if (tid < num_heads) {
@@ -174,10 +211,10 @@ DA_DEVICE void store_cta_state(const DecodeParams& p, const float* warp_m, const
             big_l = fmaf(warp_l[w * HEADS + h], scale[w], big_l);
         }
         // L = 0 (no token) gives zeros.
-        const float fold = unsplit ? (big_l == 0.f ? 0.f : 1.f / big_l) : 1.f;
+        const float fold = direct ? (big_l == 0.f ? 0.f : 1.f / big_l) : 1.f;
 #pragma unroll
         for (int w = 0; w < WARPS; ++w) weight[h * WARPS + w] = scale[w] * fold;
-        if (!unsplit) {
+        if (!direct) {
             const long long row_index = ((long long)b * p.num_q_heads + head0 + h) * p.num_splits + split;
             p.partial_ml[2 * row_index] = bad ? 0.f : big_m;
             p.partial_ml[2 * row_index + 1] = bad ? da_nan() : big_l;
@@ -204,7 +241,7 @@ DA_DEVICE void store_cta_state(const DecodeParams& p, const float* warp_m, const
         }
         if (bad) a = make_float4(da_nan(), da_nan(), da_nan(), da_nan());
         const long long q_head = (long long)b * p.num_q_heads + head0 + h;
-        if (unsplit) {
+        if (direct) {
             Elem<T>::store(p.out, q_head * HEAD_DIM + d, a.x);
             Elem<T>::store(p.out, q_head * HEAD_DIM + d + 1, a.y);
             Elem<T>::store(p.out, q_head * HEAD_DIM + d + 2, a.z);
@@ -458,7 +495,7 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
     bad = da_syncthreads_or(bad);
 
     store_cta_state<T, HEAD_DIM, G::WARPS, HEADS>(p, &warp_m[0][0], &warp_l[0][0], &warp_acc[0][0][0], &warp_weight[0][0],
-                                                  num_heads, b, head0, split, bad);
+                                                  num_heads, b, head0, split, cta_writes_output(p, work), bad);
 }
 
 // The split reducer: one CTA of DECODE_REDUCE_THREADS per (sequence, query
@@ -526,9 +563,19 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
         for (int d = threadIdx.x; d < HEAD_DIM; d += THREADS) Elem<T>::store(p.out, q_head * HEAD_DIM + d, da_nan());
         return;
     }
+    // A sequence whose lone split's CTA wrote its output (cta_writes_output)
+    // has no rows to merge: its CTAs load none and store nothing, but still
+    // wait, so that the kernel after this one sees the decode grid's stores.
+    // (No early return: with one, the compiler moved this CTA's setup below
+    // the wait, onto the chain after the decode grid ends; s25 measured
+    // every small split call 0.1 us slower.)
     const int active = (int)split_rule(p, seq.len).active_splits;
+    const bool merge = reducer_merges(p, active);
+    const int rows = merge ? active : 0;
+    const float4* acc = reinterpret_cast<const float4*>(p.partial_acc + q_head * p.num_splits * HEAD_DIM);
+    const float* ml = p.partial_ml + 2 * q_head * p.num_splits;
     DA_STAMP(1, 1);
-    da_wait_for_producer();  // the partial rows are not
+    da_wait_for_producer_after(rows, acc);  // the partial rows are not readable before
     // No early trigger (griddepcontrol.launch_dependents): the kernel after
     // this one, launched programmatically, starts as these CTAs exit. An
     // early trigger let our next decode grid launch while these CTAs (one
@@ -537,8 +584,6 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     // TP=8, B=64, s=1024 ran 11% slower that way, behind 512 reducer CTAs
     // (docs/PERFORMANCE.md, version 19).
     DA_STAMP(1, 2);
-    const float4* acc = reinterpret_cast<const float4*>(p.partial_acc + q_head * p.num_splits * HEAD_DIM);
-    const float* ml = p.partial_ml + 2 * q_head * p.num_splits;
     const int vec = threadIdx.x % ROW_VECS;
     const int split_lane = threadIdx.x / ROW_VECS;
     const int lane = threadIdx.x % DA_WARP_SIZE;
@@ -548,7 +593,7 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
         const int j = split_lane + u * SPLIT_LANES;
-        const bool row = summing && j < active;
+        const bool row = summing && j < rows;
         first[u] = row ? acc[(long long)j * ROW_VECS + vec] : make_float4(0.f, 0.f, 0.f, 0.f);
         first_m[u] = row ? ml[2 * j] : 0.f;
     }
@@ -562,19 +607,19 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
 #pragma unroll
     for (int u = 0; u < ML_PER_LANE; ++u) {
         const int j = lane + u * DA_WARP_SIZE;
-        pair[u] = j < active ? *reinterpret_cast<const float2*>(ml + 2 * j) : make_float2(da_neg_inf(), 0.f);
+        pair[u] = j < rows ? *reinterpret_cast<const float2*>(ml + 2 * j) : make_float2(da_neg_inf(), 0.f);
     }
     float big_m = da_neg_inf();
 #pragma unroll
     for (int u = 0; u < ML_PER_LANE; ++u) big_m = fmaxf(big_m, pair[u].x);
-    for (int j = lane + ML_ROUND; j < active; j += DA_WARP_SIZE) big_m = fmaxf(big_m, ml[2 * j]);
+    for (int j = lane + ML_ROUND; j < rows; j += DA_WARP_SIZE) big_m = fmaxf(big_m, ml[2 * j]);
 #pragma unroll
     for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) big_m = fmaxf(big_m, da_shfl_xor(big_m, o));
     float big_l = 0.f;
 #pragma unroll
     for (int u = 0; u < ML_PER_LANE; ++u)
-        if (lane + u * DA_WARP_SIZE < active) big_l = fmaf(pair[u].y, da_exp2(pair[u].x - big_m), big_l);
-    for (int j = lane + ML_ROUND; j < active; j += DA_WARP_SIZE)
+        if (lane + u * DA_WARP_SIZE < rows) big_l = fmaf(pair[u].y, da_exp2(pair[u].x - big_m), big_l);
+    for (int j = lane + ML_ROUND; j < rows; j += DA_WARP_SIZE)
         big_l = fmaf(ml[2 * j + 1], da_exp2(ml[2 * j] - big_m), big_l);
 #pragma unroll
     for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) big_l += da_shfl_xor(big_l, o);
@@ -584,14 +629,14 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const int j = split_lane + u * SPLIT_LANES;
-            const float w = j < active ? da_exp2(first_m[u] - big_m) : 0.f;
+            const float w = j < rows ? da_exp2(first_m[u] - big_m) : 0.f;
             a.x = fmaf(first[u].x, w, a.x);
             a.y = fmaf(first[u].y, w, a.y);
             a.z = fmaf(first[u].z, w, a.z);
             a.w = fmaf(first[u].w, w, a.w);
         }
 #pragma unroll 8
-        for (int j = split_lane + UNROLL * SPLIT_LANES; j < active; j += SPLIT_LANES) {
+        for (int j = split_lane + UNROLL * SPLIT_LANES; j < rows; j += SPLIT_LANES) {
             const float4 row = acc[(long long)j * ROW_VECS + vec];
             const float w = da_exp2(ml[2 * j] - big_m);
             a.x = fmaf(row.x, w, a.x);
@@ -602,6 +647,7 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
         *reinterpret_cast<float4*>(&lane_sum[split_lane][4 * vec]) = a;
     }
     __syncthreads();
+    if (!merge) return;
     for (int d = threadIdx.x; d < HEAD_DIM; d += THREADS) {
         float a = 0.f;
 #pragma unroll

@@ -32,6 +32,14 @@ pub const GPU_STREAM_LONE_CTA_SHARE: f64 = 0.55;
 /// resident slot each (docs/measurements/2026-12-02-s8-ragged-call1.txt).
 pub const GPU_EMPTY_CTA_US: f64 = 0.62;
 
+/// [`DeviceProps::reduce_wait_us`] of the CUDA stream and tensor-core
+/// kernels on an H200: what a split call's reducer adds where every sequence
+/// has one active split, whose CTAs wrote the output themselves, so that the
+/// reducer only waits for the decode grid. Measured as the gap between such
+/// a call and the same grid unsplit: 0.8 us on Llama-3-8B at B = 16, 1.06 on
+/// Llama-3-70B at TP=8, B = 64 (s25, docs/PERFORMANCE.md).
+pub const GPU_REDUCE_WAIT_US: f64 = 0.9;
+
 /// What the planner needs to know about a device.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeviceProps {
@@ -77,6 +85,14 @@ pub struct DeviceProps {
     /// ([`crate::plan::WARP_SPLIT_MAX_ROWS`]).
     #[serde(default = "one")]
     pub splits_per_cta: u32,
+    /// Where a sequence's lone active split is written straight to the
+    /// output by its CTA (the CUDA stream and tensor-core kernels, a split
+    /// per CTA), the microseconds a split call's reducer still adds when no
+    /// sequence has more than one active split: it only waits for the
+    /// decode grid. `None` where the reducer merges every split, lone or
+    /// not (partial rows written and read back, and a full reduce).
+    #[serde(default)]
+    pub reduce_wait_us: Option<f64>,
 }
 
 /// serde's default for the counts that are 1 unless said otherwise.
@@ -103,6 +119,7 @@ impl DeviceProps {
             max_query_heads_per_cta: 16,
             empty_cta_us: GPU_EMPTY_CTA_US,
             splits_per_cta: 4,
+            reduce_wait_us: Some(GPU_REDUCE_WAIT_US),
         }
     }
 
@@ -124,6 +141,14 @@ impl DeviceProps {
         } else {
             DeviceProps { splits_per_cta: 1, ..gpu }
         }
+    }
+
+    /// Whether a split call's reducer merges partial rows for a sequence
+    /// with `active_splits` active splits, in a plan of `splits_per_cta`
+    /// splits per CTA: not for a lone split that its CTA writes itself
+    /// ([`reduce_wait_us`](Self::reduce_wait_us)).
+    pub fn merges(&self, active_splits: u32, splits_per_cta: u32) -> bool {
+        self.reduce_wait_us.is_none() || splits_per_cta > 1 || active_splits != 1
     }
 
     /// CTAs per (sequence, KV head, split) for query groups of `group_size`.

@@ -30,7 +30,7 @@ pub mod synth;
 
 pub use backend::{
     CheckedArgs, DecodeArgs, DecodeAttention, DeviceBuffer, DeviceProps, KvIndexBuffers, MergeArgs, GPU_EMPTY_CTA_US,
-    GPU_LONE_CTA_SHARE, GPU_REDUCE_CTA_GBPS, GPU_STREAM_LONE_CTA_SHARE,
+    GPU_LONE_CTA_SHARE, GPU_REDUCE_CTA_GBPS, GPU_REDUCE_WAIT_US, GPU_STREAM_LONE_CTA_SHARE,
 };
 pub use dtype::DType;
 pub use error::{Error, Result};

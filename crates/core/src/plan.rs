@@ -350,7 +350,16 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
     // Equal lengths: how an engine plans the graph it captures for a batch size.
     let equal_lengths = problem.seq_lens.iter().all(|&len| len == max_seq_len);
     if policy == Policy::Auto && rule.num_splits > 1 && equal_lengths {
-        let cta_rule = replay_rule(problem, device, SplitRule::new(rule.num_splits / splits_per_cta, 1));
+        // The rule is per CTA here, but where each warp takes a split, no CTA
+        // writes a lone split's output itself: the reducer merges them all.
+        let merging;
+        let replay_device = if splits_per_cta > 1 && device.reduce_wait_us.is_some() {
+            merging = DeviceProps { reduce_wait_us: None, ..device.clone() };
+            &merging
+        } else {
+            device
+        };
+        let cta_rule = replay_rule(problem, replay_device, SplitRule::new(rule.num_splits / splits_per_cta, 1));
         // Per warp where each warp takes a split: as many times the splits,
         // splits a quarter as long; never a floor above the planned lengths'
         // own split, so they are cut as before.
@@ -379,7 +388,8 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
     let partial_bytes_per_token_head = rule.num_splits as u64 * record;
     let partial_bytes = num_seqs * shape.num_q_heads as u64 * partial_bytes_per_token_head;
     let partial_traffic_bytes = if use_split {
-        2 * per_seq.iter().map(|p| p.active_splits as u64).sum::<u64>() * shape.num_q_heads as u64 * record
+        let merged = per_seq.iter().filter(|p| device.merges(p.active_splits, splits_per_cta));
+        2 * merged.map(|p| p.active_splits as u64).sum::<u64>() * shape.num_q_heads as u64 * record
     } else {
         0
     };
@@ -548,8 +558,10 @@ fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -
         let split = rule.split(s);
         ctas += split.active_splits as u64 * cta_heads;
         fattest_tiles = fattest_tiles.max(split.tiles_per_split.min(split.tiles).div_ceil(step) * step);
-        most_active = most_active.max(split.active_splits);
-        if rule.num_splits > 1 {
+        // A lone split written by its CTA has no partial rows, and no merge
+        // (`DeviceProps::reduce_wait_us`).
+        if rule.num_splits > 1 && device.merges(split.active_splits, 1) {
+            most_active = most_active.max(split.active_splits);
             partial_records += split.active_splits as u64 * shape.num_q_heads as u64;
         }
     }
@@ -596,12 +608,14 @@ fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -
         (waves - 1.0) * cta_bytes / cta_bandwidth_of(ctas_per_sm) + cta_bytes / cta_bandwidth_of(per_sm_of(last_wave))
     };
     // The reduce: a dependent launch, then each reducer CTA reads one partial
-    // row per active split of its sequence (the longest one sets the pace).
+    // row per active split of its sequence (the longest one sets the pace);
+    // where every sequence's lone split was written by its CTA, only the
+    // reducer's wait for the decode grid.
     let row_bytes = (shape.head_dim as f64 + 2.0) * 4.0;
-    let reduce_us = if rule.num_splits > 1 {
-        device.launch_overhead_us + most_active as f64 * row_bytes / (device.reduce_cta_gbps.max(1e-3) * 1e3)
-    } else {
-        0.0
+    let reduce_us = match device.reduce_wait_us {
+        _ if rule.num_splits <= 1 => 0.0,
+        Some(wait_us) if most_active <= 1 => wait_us,
+        _ => device.launch_overhead_us + most_active as f64 * row_bytes / (device.reduce_cta_gbps.max(1e-3) * 1e3),
     };
     stream_us.max(cta_us) + reduce_us + shared_sm_us + empty_us + WAVE_US * (waves - 1.0)
 }

@@ -121,6 +121,8 @@ impl CpuBackend {
             empty_cta_us: 0.0,
             // A task takes one split.
             splits_per_cta: 1,
+            // The merge reads every split's partial row, lone or not.
+            reduce_wait_us: None,
         };
         CpuBackend { pool, props, isa: Isa::detect() }
     }

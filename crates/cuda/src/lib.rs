@@ -507,6 +507,7 @@ impl CudaBackend {
                 max_query_heads_per_cta: 0,
                 empty_cta_us: decode_attn_core::GPU_EMPTY_CTA_US,
                 splits_per_cta: 1,
+                reduce_wait_us: None,
             },
             ctx,
             stream,
@@ -720,11 +721,15 @@ impl CudaBackend {
     pub fn props_for(&self, problem: &DecodeProblem) -> Result<DeviceProps> {
         let warps = DECODE_THREADS / 32;
         let warp_splits = if self.warp_splits == WarpSplits::Auto { warps } else { 1 };
-        let (tiles_per_cta_step, lone_cta_share, splits_per_cta) = match self.kernel_for(problem) {
-            DecodeKernel::Auto | DecodeKernel::Mma => (warps, GPU_LONE_CTA_SHARE, warp_splits),
-            DecodeKernel::Stream => (warps, GPU_STREAM_LONE_CTA_SHARE, 1),
+        // The stream and tensor-core kernels write a lone split's output from
+        // its CTA (decode_stream.cuh, cta_writes_output); the staged and
+        // kv-grid kernels' reducers merge every split.
+        let lone_split_wait = Some(decode_attn_core::GPU_REDUCE_WAIT_US);
+        let (tiles_per_cta_step, lone_cta_share, splits_per_cta, reduce_wait_us) = match self.kernel_for(problem) {
+            DecodeKernel::Auto | DecodeKernel::Mma => (warps, GPU_LONE_CTA_SHARE, warp_splits, lone_split_wait),
+            DecodeKernel::Stream => (warps, GPU_STREAM_LONE_CTA_SHARE, 1, lone_split_wait),
             // Not measured: these two are opt-in kernels, not `Auto`'s.
-            DecodeKernel::Staged | DecodeKernel::KvGrid => (1, GPU_LONE_CTA_SHARE, 1),
+            DecodeKernel::Staged | DecodeKernel::KvGrid => (1, GPU_LONE_CTA_SHARE, 1, None),
         };
         let launch = self.launches(problem, 1, 1);
         let ctas_per_sm = self
@@ -737,6 +742,7 @@ impl CudaBackend {
             lone_cta_share,
             max_query_heads_per_cta: launch.query_heads_per_cta,
             splits_per_cta,
+            reduce_wait_us,
             ..self.props.clone()
         })
     }

@@ -537,3 +537,59 @@ fn short_split_counts_match_the_reference_on_every_kernel() {
         run_at_lengths(&backend, &plan, &batch, &[len], "auto, planned for 65536");
     }
 }
+
+/// A sequence with one active split in a split call, on the stream and
+/// tensor-core kernels (a split per CTA): its CTAs write the output rows
+/// themselves and leave the workspace alone, and the reducer leaves the
+/// output alone; sequences with several splits go through the workspace as
+/// before. Checked on a poisoned workspace (0xff: NaN in every partial
+/// row), so a reducer merging a row nobody wrote gives NaN, and against the
+/// kernels whose reducer merges every split (staged, kv-grid), whose lone
+/// splits are written to the workspace.
+#[test]
+#[serial]
+fn one_active_split_is_written_by_its_cta_not_the_reducer() {
+    use decode_attn_cuda::DecodeKernel;
+    if !device_present() {
+        return;
+    }
+    let p = problem(KvLayout::block_table(16), vec![3000, 1500, 700, 100]);
+    let batch = HostBatch::random(&p, 71);
+    let reference = decode_reference(&batch, p.shape.default_scale());
+    let (num_seqs, num_q_heads, head_dim) = (4, 32, 128);
+    for kernel in [DecodeKernel::Auto, DecodeKernel::Stream, DecodeKernel::Staged, DecodeKernel::KvGrid] {
+        let backend = CudaBackend::with_options(0, CudaOptions { kernel, ..CudaOptions::default() }).unwrap();
+        // Splits of at least 64 tiles (1024 tokens): 3, 2, 1 and 1 active.
+        let mut plan = backend.plan(&p, Policy::Fixed { splits: 8 }).unwrap();
+        plan.rule.min_tiles_per_split = 64;
+        let active: Vec<u32> = p.seq_lens.iter().map(|&s| plan.rule.split(s).active_splits).collect();
+        assert_eq!(active, [3, 2, 1, 1], "{plan}");
+        assert_eq!(plan.splits_per_cta, 1, "{plan}");
+        let mut device = DeviceBatch::new(&backend, &batch, plan.workspace_bytes);
+        backend.upload(&mut device.workspace, &vec![0xff; plan.workspace_bytes as usize]).unwrap();
+        backend.decode(&plan, device.args(true)).unwrap();
+        let out = download_f32(&backend, &device.out, DType::Bf16);
+        let err = relative_error(&out, &reference);
+        assert!(err < 1e-2, "{kernel:?}: relerr {err}");
+
+        let mut workspace = vec![0u8; plan.workspace_bytes as usize];
+        backend.download(&device.workspace, &mut workspace).unwrap();
+        let rows = num_seqs * num_q_heads * plan.num_splits as usize;
+        let ml_at = rows * head_dim * 4;
+        let direct = matches!(kernel, DecodeKernel::Auto | DecodeKernel::Stream);
+        for (b, &active) in active.iter().enumerate() {
+            for head in 0..num_q_heads {
+                for split in 0..plan.num_splits as usize {
+                    let row = (b * num_q_heads + head) * plan.num_splits as usize + split;
+                    let m = &workspace[ml_at + 8 * row..ml_at + 8 * row + 4];
+                    let written = m != [0xff; 4];
+                    let expected = split < active as usize && !(direct && active == 1);
+                    assert_eq!(
+                        written, expected,
+                        "{kernel:?}: sequence {b} ({active} active), head {head}, split {split}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -184,6 +184,8 @@ impl HipBackend {
                 empty_cta_us: decode_attn_core::GPU_EMPTY_CTA_US,
                 // The kv-grid kernel's workgroup takes one split.
                 splits_per_cta: 1,
+                // Its reducer merges every split, lone or not.
+                reduce_wait_us: None,
             },
             functions: Mutex::new(HashMap::new()),
             modules: Mutex::new(vec![LoadedModule {

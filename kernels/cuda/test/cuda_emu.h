@@ -262,6 +262,7 @@ inline int da_syncthreads_or(int pred) {
 // Launches are serial here: programmatic dependent launch has nothing to overlap.
 inline void da_launch_dependents() {}
 inline void da_wait_for_producer() {}
+inline void da_wait_for_producer_after(int, const void*) {}
 inline int da_ffs(int x) { return __builtin_ffs(x); }
 inline float da_bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
 inline float da_bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
