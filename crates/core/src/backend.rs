@@ -35,10 +35,13 @@ pub const GPU_EMPTY_CTA_US: f64 = 0.62;
 /// [`DeviceProps::reduce_wait_us`] of the CUDA stream and tensor-core
 /// kernels on an H200: what a split call's reducer adds where every sequence
 /// has one active split, whose CTAs wrote the output themselves, so that the
-/// reducer only waits for the decode grid. Measured as the gap between such
-/// a call and the same grid unsplit: 0.8 us on Llama-3-8B at B = 16, 1.06 on
-/// Llama-3-70B at TP=8, B = 64 (s25, docs/PERFORMANCE.md).
-pub const GPU_REDUCE_WAIT_US: f64 = 0.9;
+/// reducer only waits for the decode grid. Measured on version 26 (s26 call
+/// 5) as such a call against the same lengths unsplit, less the empty CTAs'
+/// charge: Llama-3-8B B = 16 planned for 65536 tokens and run at 256, 8.84
+/// against 7.02 us (1.52 net), at 1024 21.23 against 19.68 (1.25 net);
+/// Llama-3-70B at TP=8 B = 64 at 256, 7.75 against 5.82 (1.48 net). (s25
+/// measured 0.8-1.06 on its kernels.)
+pub const GPU_REDUCE_WAIT_US: f64 = 1.4;
 
 /// What the planner needs to know about a device.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
