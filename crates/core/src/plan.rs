@@ -352,14 +352,9 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
     if policy == Policy::Auto && rule.num_splits > 1 && equal_lengths {
         // The rule is per CTA here, but where each warp takes a split, no CTA
         // writes a lone split's output itself: the reducer merges them all.
-        let merging;
-        let replay_device = if splits_per_cta > 1 && device.reduce_wait_us.is_some() {
-            merging = DeviceProps { reduce_wait_us: None, ..device.clone() };
-            &merging
-        } else {
-            device
-        };
-        let cta_rule = replay_rule(problem, replay_device, SplitRule::new(rule.num_splits / splits_per_cta, 1));
+        let reduce_wait_us = device.reduce_wait_us.filter(|_| splits_per_cta == 1);
+        let replay_device = DeviceProps { reduce_wait_us, ..device.clone() };
+        let cta_rule = replay_rule(problem, &replay_device, SplitRule::new(rule.num_splits / splits_per_cta, 1));
         // Per warp where each warp takes a split: as many times the splits,
         // splits a quarter as long; never a floor above the planned lengths'
         // own split, so they are cut as before.
