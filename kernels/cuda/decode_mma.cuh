@@ -187,15 +187,13 @@ DA_DEVICE void store_warp_state(const DecodeParams& p, const float (&m)[2], cons
 // function made every small call 20-40% slower (docs/perf-notes.md), and a
 // separate function leaves the power-of-two one's code as it was.
 template <typename T, int HEAD_DIM, bool POW2_BLOCKS>
-DA_DEVICE void decode_mma_body(const DecodeParams& p) {
+DA_DEVICE void decode_mma_item(const DecodeParams& p, const CtaWork& work) {
     using G = MmaGeometry<HEAD_DIM>;
     using M = MmaElem<T>;
     constexpr int HEADS = DECODE_MMA_HEADS;
     constexpr int TILE = DECODE_TILE_TOKENS;
     static_assert(TILE == 16, "one tile is the mma's k16 of PV");
 
-    CtaWork work;
-    if (!cta_work<HEADS>(p, work)) return;
     const int b = work.b, kv_head = work.kv_head, head0 = work.head0, num_heads = work.num_heads, split = work.split;
     const SeqInfo seq = work.seq;
     // With a block table the block size must be one this entry point locates
@@ -598,14 +596,40 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     DA_STAMP(0, 6);
 }
 
+// One CTA, one (sequence, head CTA, split) of the grid; or, PACKED, the
+// packed pairs blockIdx.y, blockIdx.y + gridDim.y, ... (decode_stream.cuh,
+// packed_item) one after another, the ring reused.
+template <typename T, int HEAD_DIM, bool POW2_BLOCKS, bool PACKED>
+DA_DEVICE void decode_mma_body(const DecodeParams& p) {
+    if constexpr (PACKED) {
+        for (int item = blockIdx.y;; item += gridDim.y) {
+            CtaWork work;
+            if (!cta_work<DECODE_MMA_HEADS, true>(p, work, item)) return;
+            decode_mma_item<T, HEAD_DIM, POW2_BLOCKS>(p, work);
+        }
+    } else {
+        CtaWork work;
+        if (!cta_work<DECODE_MMA_HEADS>(p, work)) return;
+        decode_mma_item<T, HEAD_DIM, POW2_BLOCKS>(p, work);
+    }
+}
+
 // decode_mma_*: power-of-two block sizes and token indices;
-// decode_mma_*_anyblock: a block table with any block size (a multiple of 16).
+// decode_mma_*_anyblock: a block table with any block size (a multiple of 16);
+// decode_mma_*_packed (DA_MMA_PACKED_ENTRY): the first over packed pairs
+// (DecodeParams::packed_items > 0), head dims up to 128 (at 256 the loop
+// spills); other block sizes and head dims launch the plain grid.
 #define DA_MMA_ENTRY(T, TNAME, D)                                                                         \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \
         decode_mma_##TNAME##_d##D(const DecodeParams p) {                                                    \
-        decode_mma_body<T, D, true>(p);                                                                   \
+        decode_mma_body<T, D, true, false>(p);                                                            \
     }                                                                                                     \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \
         decode_mma_##TNAME##_d##D##_anyblock(const DecodeParams p) {                                         \
-        decode_mma_body<T, D, false>(p);                                                                  \
+        decode_mma_body<T, D, false, false>(p);                                                           \
+    }
+#define DA_MMA_PACKED_ENTRY(T, TNAME, D)                                                                  \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \
+        decode_mma_##TNAME##_d##D##_packed(const DecodeParams p) {                                           \
+        decode_mma_body<T, D, true, true>(p);                                                             \
     }

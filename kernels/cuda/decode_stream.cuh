@@ -116,28 +116,116 @@ struct CtaWork {
     long long start, end;  // its tokens
 };
 
+// Packed pairs (DecodeParams::packed_items > 0; the tensor-core kernel's
+// `_packed` entry points, split plans with one split per CTA). A ragged batch
+// cut by a split length gives a short sequence fewer splits than the grid's
+// split dimension, and every empty (sequence, split) CTA of a plain grid still
+// launches, reads its length and exits: about 0.6 us of a slot each on the
+// H200, thousands of them where one long sequence sits among many short ones.
+// Packed, the grid is (head CTAs, packed_items, 1): blockIdx.x the head CTA,
+// so the head CTAs of one pair are launched side by side and read
+// neighbouring bytes of the same blocks (s8's packed grid put them a whole
+// grid apart and streamed up to 1.36x slower), and blockIdx.y takes the
+// active pairs y, y + gridDim.y, ... in turn. Every CTA numbers the pairs from
+// all the lengths (thread t owns sequences t, t + DECODE_THREADS, ...; pairs
+// go thread by thread, each thread's sequences in order, each sequence's
+// splits in order), so the numbering is the same in every CTA, and a graph
+// replayed with longer sequences than it was planned for (more pairs than
+// CTAs) still covers them all.
+#define DECODE_PACK_SEQS_PER_THREAD 16
+#define DECODE_PACK_MAX_SEQS (DECODE_THREADS * DECODE_PACK_SEQS_PER_THREAD)
+
+// The sequence and split of packed pair `item`, and the sequence's guards;
+// false past the last pair (bad and empty sequences have none: the reducer
+// writes their rows). Every thread of the CTA calls it with the same item.
+DA_DEVICE bool packed_item(const DecodeParams& p, int item, int& seq_out, int& split_out, SeqInfo& info_out) {
+    constexpr int PER = DECODE_PACK_SEQS_PER_THREAD;
+    constexpr int WARPS = DECODE_THREADS / DA_WARP_SIZE;
+    __shared__ int warp_pairs[WARPS];
+    __shared__ int found_seq, found_split, found_len;
+    __shared__ long long found_index_start;
+    __syncthreads();  // the previous item's readers of shared memory are done
+    int active[PER];
+    int mine = 0;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+        const int b = threadIdx.x + i * DECODE_THREADS;
+        active[i] = 0;
+        if (b < p.num_seqs) {
+            const SeqInfo s = seq_info(p, b);
+            active[i] = s.ok ? (int)split_rule(p, s.len).active_splits : 0;
+        }
+        mine += active[i];
+    }
+    // Pairs before this thread's: a scan over the warp in floats (counts stay
+    // below 2^24, exact), then the warps before it.
+    const int lane = threadIdx.x % DA_WARP_SIZE, warp = threadIdx.x / DA_WARP_SIZE;
+    float inclusive = (float)mine, group = (float)mine;
+#pragma unroll
+    for (int o = 1; o < DA_WARP_SIZE; o <<= 1) {
+        const float sibling = da_shfl_xor(group, o);
+        if (lane & o) inclusive += sibling;  // the sibling group precedes this lane's
+        group += sibling;
+    }
+    if (lane == 0) warp_pairs[warp] = (int)group;
+    __syncthreads();
+    int before = (int)inclusive - mine, total = 0;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+        before += w < warp ? warp_pairs[w] : 0;
+        total += warp_pairs[w];
+    }
+    int k = item - before;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+        if (k >= 0 && k < active[i]) {
+            const int b = threadIdx.x + i * DECODE_THREADS;
+            const SeqInfo s = seq_info(p, b);  // read above: a cache hit
+            found_seq = b;
+            found_split = k;
+            found_len = s.len;
+            found_index_start = s.index_start;
+        }
+        k -= active[i];
+    }
+    __syncthreads();
+    if (item >= total) return false;
+    seq_out = found_seq;
+    split_out = found_split;
+    info_out.len = found_len;
+    info_out.index_start = found_index_start;
+    info_out.ok = true;  // a bad sequence has no pairs
+    return true;
+}
+
 // The CTA's work, or false for a surplus split, which exits at once (the
 // unsplit CTA always has work: it writes zeros for s = 0, NaN for a bad
 // sequence). Launched programmatically, the kernel before may still be
 // writing Q, the lengths or the index: nothing is read before the wait.
 // Heads first (DECODE_GRID_HEADS_FIRST) the CTAs of one (sequence, split)
 // are consecutive: they read neighbouring bytes of the same blocks, and in
-// a grid of several waves that keeps them in the same wave.
-template <int HEADS>
-DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w) {
+// a grid of several waves that keeps them in the same wave. PACKED: heads
+// first always, and the pair is packed pair `item` (packed_item), false past
+// the last.
+template <int HEADS, bool PACKED = false>
+DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w, int item = 0) {
     DA_STAMP(0, 0);
     da_wait_for_producer();
-    const bool heads_first = p.grid_order == DECODE_GRID_HEADS_FIRST;
+    const bool heads_first = PACKED || p.grid_order == DECODE_GRID_HEADS_FIRST;
     const int head_cta = heads_first ? blockIdx.x : blockIdx.y;
-    w.b = heads_first ? blockIdx.y : blockIdx.x;
     const int group = p.num_q_heads / p.num_kv_heads;
     const int head_groups = da_cdiv(group, HEADS);
     w.kv_head = head_cta / head_groups;
     w.head0 = w.kv_head * group + (head_cta % head_groups) * HEADS;
     w.num_heads = da_min(HEADS, w.kv_head * group + group - w.head0);
     const int splits_per_cta = p.splits_per_cta > 1 ? p.splits_per_cta : 1;
-    w.split = blockIdx.z * splits_per_cta;
-    w.seq = seq_info(p, w.b);
+    if constexpr (PACKED) {
+        if (!packed_item(p, item, w.b, w.split, w.seq)) return false;
+    } else {
+        w.b = heads_first ? blockIdx.y : blockIdx.x;
+        w.split = blockIdx.z * splits_per_cta;
+        w.seq = seq_info(p, w.b);
+    }
     const int len = w.seq.ok ? w.seq.len : 0;
     const SeqSplit cut = split_rule(p, len);
     w.cut = cut;

@@ -192,6 +192,26 @@ pub struct CudaOptions {
     pub grid_order: GridOrder,
     /// Whether the tensor-core kernel's warps may each take a split.
     pub warp_splits: WarpSplits,
+    /// Whether a split plan whose grid would be mostly empty splits launches
+    /// only its active pairs.
+    pub packing: Packing,
+}
+
+/// Whether the tensor-core kernel launches only the active (sequence,
+/// split) pairs of a split plan whose `(num_seqs, .., num_splits)` grid would
+/// be mostly empty splits: a ragged batch cut by a split length, where each
+/// short sequence fills one split of many. Every empty CTA of the plain grid
+/// still launches, reads its length and exits (about 0.6 µs of a CTA slot on
+/// the H200); a packed grid `(head CTAs, pairs, 1)` has none, and its CTAs
+/// number the pairs from the lengths they read, so a graph replayed with
+/// longer sequences still covers every pair (decode_stream.cuh, packed_item).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Packing {
+    /// Where packing saves at least one empty CTA per multiprocessor.
+    #[default]
+    Auto,
+    /// Never: always the plain grid.
+    Off,
 }
 
 /// Whether `auto` may give each warp of a tensor-core CTA its own split
@@ -274,8 +294,8 @@ impl CudaOptions {
     /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc`,
     /// `DECODE_ATTN_CUDA_KERNEL=auto|mma|stream|staged|kvgrid`, `DECODE_ATTN_CUDA_HEADS_PER_CTA=1|2|4|8`,
     /// `DECODE_ATTN_CUDA_PDL=off|reducer|all`, `DECODE_ATTN_CUDA_GRID=auto|seqs|heads`,
-    /// `DECODE_ATTN_CUDA_WARP_SPLITS=auto|off` and the cache folder of
-    /// [`default_cache_dir`].
+    /// `DECODE_ATTN_CUDA_WARP_SPLITS=auto|off`, `DECODE_ATTN_CUDA_PACKED=auto|off`
+    /// and the cache folder of [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
         let kernels = env::choice(
             BACKEND,
@@ -330,6 +350,12 @@ impl CudaOptions {
             WarpSplits::default(),
             &[("auto", WarpSplits::Auto), ("off", WarpSplits::Off)],
         )?;
+        let packing = env::choice(
+            BACKEND,
+            "DECODE_ATTN_CUDA_PACKED",
+            Packing::default(),
+            &[("auto", Packing::Auto), ("off", Packing::Off)],
+        )?;
         Ok(CudaOptions {
             kernels,
             kernel,
@@ -338,6 +364,7 @@ impl CudaOptions {
             programmatic_launch,
             grid_order,
             warp_splits,
+            packing,
         })
     }
 }
@@ -446,6 +473,7 @@ pub struct CudaBackend {
     programmatic_launch: ProgrammaticLaunch,
     grid_order: GridOrder,
     warp_splits: WarpSplits,
+    packing: Packing,
     /// Shared memory one CTA may opt in to (232448 bytes on sm_90, 166912 on
     /// sm_80): whether the tensor-core kernel's head_dim 256 fits.
     max_shared_per_cta: usize,
@@ -508,6 +536,7 @@ impl CudaBackend {
                 empty_cta_us: decode_attn_core::GPU_EMPTY_CTA_US,
                 splits_per_cta: 1,
                 reduce_wait_us: None,
+                packs_empty_splits: false,
             },
             ctx,
             stream,
@@ -520,6 +549,7 @@ impl CudaBackend {
             programmatic_launch,
             grid_order: options.grid_order,
             warp_splits: options.warp_splits,
+            packing: options.packing,
             max_shared_per_cta,
         };
         // The kernel in use at a Llama-3-8B layer (bf16, d = 128, 16-token
@@ -626,7 +656,15 @@ impl CudaBackend {
         })?;
         let num_splits = params.num_splits as u32;
         let split = num_splits > 1;
-        let launch = self.launches(problem, num_splits, plan.splits_per_cta);
+        let mut launch = self.launches(problem, num_splits, plan.splits_per_cta);
+        if let Some(pairs) = self.packed_pairs(plan, &launch) {
+            // Heads first, the pairs in y (at most 65535 CTAs there; each
+            // takes every gridDim.y-th pair), one split per CTA.
+            launch.main.push_str("_packed");
+            launch.grid = (launch.grid_head_ctas(), pairs.min(65535), 1);
+            launch.splits_per_cta = 1;
+            params.packed_items = pairs as i32;
+        }
         params.grid_order = launch.grid_order;
         params.splits_per_cta = launch.splits_per_cta;
         let params = ByValue(params);
@@ -700,6 +738,45 @@ impl CudaBackend {
         heads_first(self.grid_order, grid, head_dim, self.props.num_sms)
     }
 
+    /// Whether `problem` may launch packed (`Packing`): the tensor-core
+    /// kernel's `_packed` entry points exist for power-of-two block sizes and
+    /// token indices at head dims up to 128 (at 256 their loop spills), and
+    /// count at most `PACK_MAX_SEQS` sequences.
+    fn may_pack(&self, problem: &DecodeProblem) -> bool {
+        let pow2 = match problem.layout {
+            KvLayout::BlockTable { kernel_block_size, .. } => kernel_block_size.is_power_of_two(),
+            KvLayout::TokenIndices { .. } => true,
+        };
+        self.packing == Packing::Auto
+            && self.kernel_for(problem) == DecodeKernel::Mma
+            && pow2
+            && problem.shape.head_dim <= 128
+            && problem.num_seqs() <= PACK_MAX_SEQS
+    }
+
+    /// The active (sequence, split) pairs of `plan`, where `launch` (the
+    /// plain grid) would have at least one empty CTA per multiprocessor and
+    /// a packed launch can take them: split plans of one split per CTA. The
+    /// count is the plan's; the kernel counts the pairs of the lengths it
+    /// reads, so a graph replayed with other lengths still covers them.
+    fn packed_pairs(&self, plan: &Plan, launch: &Launch) -> Option<u32> {
+        let problem = &plan.problem;
+        if !plan.use_split || launch.splits_per_cta > 1 || !self.may_pack(problem) {
+            return None;
+        }
+        let pairs: u64 = plan.per_seq.iter().map(|s| s.active_splits as u64).sum();
+        let empty = problem.num_seqs() as u64 * plan.num_splits as u64 - pairs;
+        let pairs = u32::try_from(pairs).ok()?;
+        (pairs > 0 && empty * launch.grid_head_ctas() as u64 >= self.props.num_sms as u64).then_some(pairs)
+    }
+
+    /// The active (sequence, split) pairs a launch of `plan` packs
+    /// ([`Packing`]), or `None` where it launches the plain grid.
+    pub fn packed_pairs_of(&self, plan: &Plan) -> Option<u32> {
+        let num_splits = plan.rule.num_splits.max(1);
+        self.packed_pairs(plan, &self.launches(&plan.problem, num_splits, plan.splits_per_cta))
+    }
+
     /// The kernel that runs `problem`: `Auto` resolved.
     pub fn kernel_for(&self, problem: &DecodeProblem) -> DecodeKernel {
         match self.kernel {
@@ -743,6 +820,7 @@ impl CudaBackend {
             max_query_heads_per_cta: launch.query_heads_per_cta,
             splits_per_cta,
             reduce_wait_us,
+            packs_empty_splits: self.may_pack(problem),
             ..self.props.clone()
         })
     }
@@ -934,6 +1012,21 @@ struct Launch {
     /// decode_stream_reduce_*), so they may be launched programmatically.
     programmatic: bool,
 }
+
+impl Launch {
+    /// The grid's head CTAs (its x dimension heads first, else its y).
+    fn grid_head_ctas(&self) -> u32 {
+        if self.grid_order == GRID_HEADS_FIRST {
+            self.grid.0
+        } else {
+            self.grid.1
+        }
+    }
+}
+
+/// Sequences a packed launch counts in every CTA (decode_stream.cuh:
+/// DECODE_PACK_MAX_SEQS).
+const PACK_MAX_SEQS: usize = 2048;
 
 /// Whether the tensor-core kernel takes `problem`: it has an instantiation
 /// for its element type and head dim, and a CTA of it fits the device's

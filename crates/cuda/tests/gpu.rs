@@ -593,3 +593,70 @@ fn one_active_split_is_written_by_its_cta_not_the_reducer() {
         }
     }
 }
+
+/// Packed launches (`Packing`): a ragged batch whose plain grid is mostly
+/// empty splits launches only its active pairs, and gives the plain grid's
+/// outputs bit for bit and the reference's, on both layouts; then, captured
+/// in a graph, replayed with longer sequences (more pairs than the launch
+/// has CTAs, so CTAs take several in turn) and with shorter and empty ones
+/// (fewer pairs than CTAs).
+#[test]
+#[serial]
+fn packed_launches_match_the_plain_grid_and_the_reference() {
+    use decode_attn_cuda::Packing;
+    if !device_present() {
+        return;
+    }
+    // One long sequence among short ones, 256-token splits: 32 of them for
+    // the long one, one for each short one, so 31 of every short
+    // sequence's 32 (sequence, split) CTAs would be empty.
+    let mut lens = vec![8000u32];
+    lens.extend((0..47u32).map(|i| [100, 0, 1, 255, 257][i as usize % 5] + i));
+    let policy = "deterministic:256";
+    let options: Vec<_> = [Packing::Off, Packing::Auto]
+        .into_iter()
+        .map(|packing| (packing, CudaOptions { packing, ..CudaOptions::default() }))
+        .collect();
+    for layout in [KvLayout::block_table(16), KvLayout::token_indices(1)] {
+        outputs_identical_across(&options, layout, &lens, policy);
+    }
+
+    let packed = CudaBackend::with_options(0, CudaOptions::default()).unwrap();
+    let plain = CudaBackend::with_options(0, CudaOptions { packing: Packing::Off, ..CudaOptions::default() }).unwrap();
+    let p = problem(KvLayout::block_table(16), lens.clone());
+    let plan = packed.plan(&p, policy.parse().unwrap()).unwrap();
+    let pairs = packed.packed_pairs_of(&plan).expect("a mostly empty grid launches packed");
+    let expected: u32 = plan.per_seq.iter().map(|s| s.active_splits).sum();
+    assert_eq!(pairs, expected, "{plan}");
+    assert_eq!(plain.packed_pairs_of(&plain.plan(&p, policy.parse().unwrap()).unwrap()), None);
+    // Equal lengths leave no empty split: the plain grid.
+    let even = problem(KvLayout::block_table(16), vec![4000; 8]);
+    assert_eq!(packed.packed_pairs_of(&packed.plan(&even, policy.parse().unwrap()).unwrap()), None);
+
+    // The data and block table of longer sequences (every row's blocks
+    // allocated), run at the ragged lengths the plan is for, then at the
+    // longer ones: more pairs than the packed launch has CTAs.
+    let longer: Vec<u32> = (0..lens.len() as u32).map(|i| 8000 - 97 * i).collect();
+    let shorter: Vec<u32> = (0..lens.len() as u32).map(|i| if i % 3 == 0 { 0 } else { i }).collect();
+    let more_pairs: u32 = longer.iter().map(|&s| plan.rule.split(s).active_splits).sum();
+    assert!(more_pairs > 2 * pairs, "{more_pairs} pairs against {pairs} CTAs");
+    let batch = HostBatch::random(&problem(KvLayout::block_table(16), longer.clone()), 47);
+    let mut device = DeviceBatch::new(&packed, &batch.at_lengths(&lens), plan.workspace_bytes);
+    let graph = packed.capture(&mut || packed.decode(&plan, device.args(true))).unwrap();
+    for replay_lens in [lens.clone(), longer, shorter] {
+        let as_i32: Vec<i32> = replay_lens.iter().map(|&s| s as i32).collect();
+        packed.upload(&mut device.seq_lens, &i32_bytes(&as_i32)).unwrap();
+        packed.upload(&mut device.out, &nan_bytes(DType::Bf16, p.out_bytes())).unwrap();
+        graph.replay().unwrap();
+        let got = download_f32(&packed, &device.out, DType::Bf16);
+        let reference = decode_reference(&batch.at_lengths(&replay_lens), p.shape.default_scale());
+        let err = relative_error(&got, &reference);
+        assert!(err < 1e-2, "replay at {:?}..: relerr {err}", &replay_lens[..4]);
+        let per_seq = 32 * 128;
+        for (b, &len) in replay_lens.iter().enumerate() {
+            if len == 0 {
+                assert!(got[b * per_seq..(b + 1) * per_seq].iter().all(|&x| x == 0.0), "sequence {b} of length 0");
+            }
+        }
+    }
+}

@@ -108,10 +108,13 @@ struct MmaKerns {
     int dt, d;
     MmaKern kernel;    // power-of-two block sizes, token indices
     MmaKern anyblock;  // any block size (a multiple of 16)
+    MmaKern packed;    // the first over packed (sequence, split) pairs
 };
-#define MK(TN, DTV, D) {DTV, D, decode_mma_##TN##_d##D, decode_mma_##TN##_d##D##_anyblock}
+#define MK(TN, DTV, D) \
+    {DTV, D, decode_mma_##TN##_d##D, decode_mma_##TN##_d##D##_anyblock, decode_mma_##TN##_d##D##_packed}
+#define MK256(TN, DTV) {DTV, 256, decode_mma_##TN##_d256, decode_mma_##TN##_d256_anyblock, nullptr}
 #define MK_ALL(TN, DTV) \
-    MK(TN, DTV, 64), MK(TN, DTV, 80), MK(TN, DTV, 96), MK(TN, DTV, 112), MK(TN, DTV, 120), MK(TN, DTV, 128), MK(TN, DTV, 256)
+    MK(TN, DTV, 64), MK(TN, DTV, 80), MK(TN, DTV, 96), MK(TN, DTV, 112), MK(TN, DTV, 120), MK(TN, DTV, 128), MK256(TN, DTV)
 static MmaKerns mma_kernels[] = {MK_ALL(f16, F16), MK_ALL(bf16, BF16)};
 static bool has_mma_kernel(int dt, int d) {
     for (auto& k : mma_kernels)
@@ -132,10 +135,10 @@ static Kern reducer(const StreamKerns& sk, int d, int num_splits) {
 static bool heads_first = false;
 // The tensor-core kernel with one split per warp (DecodeParams::splits_per_cta = WARPS) in split calls.
 static bool warp_splits = false;
-static MmaKern find_mma_kernel(int dt, int d, int layout, int bs) {
+static MmaKern find_mma_kernel(int dt, int d, int layout, int bs, bool packed = false) {
     const bool anyblock = layout == DECODE_LAYOUT_BLOCK_TABLE && (bs & (bs - 1)) != 0 && !pow2_entry;
     for (auto& k : mma_kernels)
-        if (k.dt == dt && k.d == d) return anyblock ? k.anyblock : k.kernel;
+        if (k.dt == dt && k.d == d && !(packed && !k.packed)) return packed ? k.packed : anyblock ? k.anyblock : k.kernel;
     fprintf(stderr, "no mma kernel %d %d\n", dt, d);
     exit(2);
 }
@@ -161,6 +164,7 @@ struct Case {
     std::vector<int> corrupt;  // per sequence
     float qscale = 2.0f;
     int heads_cap = 8;  // the stream kernel's query heads per CTA, at most (DECODE_ATTN_CUDA_HEADS_PER_CTA)
+    int packed = 0;     // the tensor-core kernel: > 0 launches this many CTAs per head CTA over packed pairs
 };
 
 enum Kernel { STAGED = 0, STREAM = 1, MMA = 2 };
@@ -329,9 +333,18 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
         const int warps = DECODE_THREADS / DA_WARP_SIZE;
         q.splits_per_cta = warp_splits && P.c.num_splits > 1 ? warps : 1;
         const int split_ctas = (P.c.num_splits + q.splits_per_cta - 1) / q.splits_per_cta;
-        DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d, P.c.layout, P.c.bs),
-                      heads_first ? dim3(head_ctas, P.B, split_ctas) : dim3(P.B, head_ctas, split_ctas),
-                      DECODE_THREADS, P.c.d > 128 ? MmaGeometry<256>::SMEM_BYTES : MmaGeometry<128>::SMEM_BYTES, s, q);
+        // Packed (as lib.rs launches a ragged split plan): heads first, the
+        // pairs in y, one split per CTA.
+        const bool packed = P.c.packed > 0 && P.c.num_splits > 1;
+        if (packed) {
+            q.splits_per_cta = 1;
+            q.packed_items = P.c.packed;
+        }
+        const dim3 grid = packed        ? dim3(head_ctas, P.c.packed, 1)
+                          : heads_first ? dim3(head_ctas, P.B, split_ctas)
+                                        : dim3(P.B, head_ctas, split_ctas);
+        DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d, P.c.layout, P.c.bs, packed), grid, DECODE_THREADS,
+                      P.c.d > 128 ? MmaGeometry<256>::SMEM_BYTES : MmaGeometry<128>::SMEM_BYTES, s, q);
         // The reducer gets the decode kernel's parameters, as the backend
         // passes them: splits_per_cta tells it which rows a CTA wrote itself.
         if (P.c.num_splits > 1) DA_LAUNCH(reducer(sk, P.c.d, P.c.num_splits), dim3(P.B, P.hq), DECODE_REDUCE_THREADS, s, q);
@@ -708,6 +721,33 @@ int main(int argc, char** argv) {
             c2.heads_cap = cap;
             check_case(c2, "stream heads cap, g 3");
         }
+    }
+    // Packed pairs (a ragged batch cut by a split length): as many CTAs as
+    // pairs, more (the rest exit), and fewer (each CTA takes several pairs in
+    // turn, the ring reused), over both layouts, empty and bad sequences, and
+    // more sequences than one thread counts (DECODE_THREADS). Not head_dim
+    // 256, which has no packed entry point.
+    if (!warp_splits && !pow2_entry) {
+        auto packed = [](Case c, int ctas, const char* label) {
+            c.packed = ctas;
+            check_case(c, label, 1 << MMA);
+        };
+        const std::vector<int> ragged = {2000, 17, 0, 300, 1, 16, 640};
+        // 2000 tokens = 125 tiles in 8 splits of at least 16 tiles: 8 + 1 + 0 + 2 + 1 + 1 + 3 = 16 pairs.
+        packed({BF16, 128, 2, 4, 0, 16, ragged, 8, 16, {}}, 16, "packed, one CTA per pair");
+        packed({BF16, 128, 2, 4, 0, 16, ragged, 8, 16, {}}, 40, "packed, more CTAs than pairs");
+        packed({BF16, 128, 2, 4, 0, 16, ragged, 8, 16, {}}, 3, "packed, 3 CTAs take turns");
+        packed({F16, 128, 1, 8, 1, 16, ragged, 8, 16, {}}, 5, "packed, token indices");
+        packed({BF16, 128, 2, 4, 0, 64, ragged, 8, 16, {}}, 7, "packed, 64-token blocks");
+        packed({F16, 96, 4, 2, 0, 32, ragged, 8, 4, {}}, 9, "packed, d96, 4 kv heads");
+        packed({BF16, 64, 1, 4, 0, 16, {3000, 5}, 300, 1, {}}, 50, "packed, 188 + 1 pairs on 50 CTAs");
+        packed({BF16, 128, 2, 4, 0, 16, {100, 200, 300, 400, 50}, 4, 1, {NONE, NEG_LEN, NONE, TOO_LONG, NONE}}, 2,
+               "packed guards: negative, too long");
+        packed({F16, 64, 2, 3, 1, 32, {100, 200, 300, 400, 50}, 4, 1, {BAD_SLOT, NONE, BAD_SLOT, NONE, NONE}}, 6,
+               "packed guards: bad slot");
+        std::vector<int> many(300);
+        for (int i = 0; i < 300; ++i) many[i] = i % 7 == 0 ? 200 : i % 5;
+        packed({BF16, 64, 1, 2, 0, 16, many, 4, 4, {}}, 100, "packed, 300 sequences");
     }
     // Guards: NaN for the bad sequence, the others untouched.
     for (int layout = 0; layout < 2; ++layout)
