@@ -51,6 +51,8 @@
 // ---------------------------------------------------------------------------
 #ifndef DA_PORTABLE_LAYER
 #define DA_DEVICE __device__ __forceinline__
+// A device function compiled on its own, called rather than inlined.
+#define DA_DEVICE_CALLED __device__ __noinline__
 #define DA_WARP_SIZE 32
 
 DA_DEVICE float da_shfl_xor(float v, int lane_mask) { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }

@@ -138,7 +138,8 @@ struct CtaWork {
 // The sequence and split of packed pair `item`, and the sequence's guards;
 // false past the last pair (bad and empty sequences have none: the reducer
 // writes their rows). Every thread of the CTA calls it with the same item.
-DA_DEVICE bool packed_item(const DecodeParams& p, int item, int& seq_out, int& split_out, SeqInfo& info_out) {
+DA_DEVICE bool packed_item(const DecodeParams& p, int item, int& seq_out, int& split_out, SeqInfo& info_out,
+                           int& total_out) {
     constexpr int PER = DECODE_PACK_SEQS_PER_THREAD;
     constexpr int WARPS = DECODE_THREADS / DA_WARP_SIZE;
     __shared__ int warp_pairs[WARPS];
@@ -189,6 +190,7 @@ DA_DEVICE bool packed_item(const DecodeParams& p, int item, int& seq_out, int& s
         k -= active[i];
     }
     __syncthreads();
+    total_out = total;
     if (item >= total) return false;
     seq_out = found_seq;
     split_out = found_split;
@@ -206,9 +208,9 @@ DA_DEVICE bool packed_item(const DecodeParams& p, int item, int& seq_out, int& s
 // are consecutive: they read neighbouring bytes of the same blocks, and in
 // a grid of several waves that keeps them in the same wave. PACKED: heads
 // first always, and the pair is packed pair `item` (packed_item), false past
-// the last.
+// the last; `pairs` gets how many there are.
 template <int HEADS, bool PACKED = false>
-DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w, int item = 0) {
+DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w, int item = 0, int* pairs = nullptr) {
     DA_STAMP(0, 0);
     da_wait_for_producer();
     const bool heads_first = PACKED || p.grid_order == DECODE_GRID_HEADS_FIRST;
@@ -220,7 +222,10 @@ DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w, int item = 0) {
     w.num_heads = da_min(HEADS, w.kv_head * group + group - w.head0);
     const int splits_per_cta = p.splits_per_cta > 1 ? p.splits_per_cta : 1;
     if constexpr (PACKED) {
-        if (!packed_item(p, item, w.b, w.split, w.seq)) return false;
+        int total = 0;
+        const bool found = packed_item(p, item, w.b, w.split, w.seq, total);
+        if (pairs) *pairs = total;
+        if (!found) return false;
     } else {
         w.b = heads_first ? blockIdx.y : blockIdx.x;
         w.split = blockIdx.z * splits_per_cta;

@@ -203,6 +203,7 @@ inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
 
 // ---- decode.cu's portable layer ---------------------------------------------
 #define DA_DEVICE inline
+#define DA_DEVICE_CALLED inline
 #define DA_WARP_SIZE 32
 #define DA_DYNAMIC_SHARED(name) unsigned char* const name = emu::dynamic_smem
 inline float da_shfl_xor(float v, int lane_mask) { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }
