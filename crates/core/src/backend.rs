@@ -96,14 +96,6 @@ pub struct DeviceProps {
     /// not (partial rows written and read back, and a full reduce).
     #[serde(default)]
     pub reduce_wait_us: Option<f64>,
-    /// Whether a split plan whose grid would hold at least `num_sms` empty
-    /// CTAs (a ragged batch's short sequences, each filling fewer splits
-    /// than the grid has) is launched as its active (sequence, split) pairs
-    /// only, so that its empty CTAs cost nothing (the CUDA tensor-core
-    /// kernel's packed launch). The launch decides from the plan's own
-    /// lengths, so a graph replayed at other lengths keeps its grid.
-    #[serde(default)]
-    pub packs_empty_splits: bool,
 }
 
 /// serde's default for the counts that are 1 unless said otherwise.
@@ -135,7 +127,6 @@ impl DeviceProps {
             empty_cta_us: GPU_EMPTY_CTA_US,
             splits_per_cta: 4,
             reduce_wait_us: Some(GPU_REDUCE_WAIT_US),
-            packs_empty_splits: true,
         }
     }
 
@@ -145,24 +136,17 @@ impl DeviceProps {
     /// so one CTA per multiprocessor; the stream kernel (f32, head_dim 192)
     /// has no split per warp. What depends on the device's occupancy
     /// calculator (the stream kernel's CTAs per multiprocessor) stays as
-    /// `gpu_like` has it. Packed launches: the tensor-core kernel at head
-    /// dims up to 128, with token indices or a power-of-two block size, and
-    /// at most 2048 sequences.
+    /// `gpu_like` has it.
     pub fn gpu_like_for(num_sms: u32, problem: &DecodeProblem) -> Self {
         let gpu = Self::gpu_like(num_sms);
         let half = matches!(problem.dtypes.q, DType::F16 | DType::Bf16);
         let head_dim = problem.shape.head_dim;
-        let pow2_blocks = match problem.layout {
-            KvLayout::BlockTable { kernel_block_size, .. } => kernel_block_size.is_power_of_two(),
-            KvLayout::TokenIndices { .. } => true,
-        };
-        let packs = half && head_dim <= 128 && pow2_blocks && problem.num_seqs() <= 2048;
         if half && head_dim == 256 {
-            DeviceProps { ctas_per_sm: 1, packs_empty_splits: false, ..gpu }
+            DeviceProps { ctas_per_sm: 1, ..gpu }
         } else if half && head_dim <= 128 {
-            DeviceProps { packs_empty_splits: packs, ..gpu }
+            gpu
         } else {
-            DeviceProps { splits_per_cta: 1, packs_empty_splits: false, ..gpu }
+            DeviceProps { splits_per_cta: 1, ..gpu }
         }
     }
 

@@ -352,10 +352,8 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
     if policy == Policy::Auto && rule.num_splits > 1 && equal_lengths {
         // The rule is per CTA here, but where each warp takes a split, no CTA
         // writes a lone split's output itself: the reducer merges them all.
-        // Nor is a plan of equal lengths launched packed (it has no empty
-        // split), so a replay at shorter lengths launches its empty splits.
         let reduce_wait_us = device.reduce_wait_us.filter(|_| splits_per_cta == 1);
-        let replay_device = DeviceProps { reduce_wait_us, packs_empty_splits: false, ..device.clone() };
+        let replay_device = DeviceProps { reduce_wait_us, ..device.clone() };
         let cta_rule = replay_rule(problem, &replay_device, SplitRule::new(rule.num_splits / splits_per_cta, 1));
         // Per warp where each warp takes a split: as many times the splits,
         // splits a quarter as long; never a floor above the planned lengths'
@@ -580,12 +578,9 @@ fn estimate_us(problem: &DecodeProblem, device: &DeviceProps, rule: SplitRule) -
     let partial_bytes = 2.0 * partial_records as f64 * (shape.head_dim as f64 + 2.0) * 4.0;
     let stream_us = (problem.kv_bytes() as f64 + partial_bytes) / bandwidth;
     // Every (sequence, split) of the grid launches; the empty ones (a short
-    // sequence's surplus splits) hold a slot briefly, unless there are so
-    // many that the launch packs the active pairs instead.
+    // sequence's surplus splits) hold a slot briefly.
     let launched = problem.seq_lens.len() as u64 * cta_heads * rule.num_splits.max(1) as u64;
-    let empty = launched.saturating_sub(ctas);
-    let packed = device.packs_empty_splits && rule.num_splits > 1 && empty >= num_sms;
-    let empty_us = if packed { 0.0 } else { empty as f64 * device.empty_cta_us / resident as f64 };
+    let empty_us = launched.saturating_sub(ctas) as f64 * device.empty_cta_us / resident as f64;
     // Full waves at full occupancy, then the last, partly filled one at its
     // own: its CTAs have their multiprocessors to fewer of themselves.
     let cta_bytes = (fattest_tiles * TILE_TOKENS) as f64 * bytes_per_token_per_head;

@@ -123,8 +123,6 @@ impl CpuBackend {
             splits_per_cta: 1,
             // The merge reads every split's partial row, lone or not.
             reduce_wait_us: None,
-            // Only active splits become tasks (empty_cta_us is 0 already).
-            packs_empty_splits: false,
         };
         CpuBackend { pool, props, isa: Isa::detect() }
     }

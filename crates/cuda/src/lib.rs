@@ -199,15 +199,17 @@ pub struct CudaOptions {
 
 /// Whether the tensor-core kernel launches only the active (sequence,
 /// split) pairs of a split plan whose `(num_seqs, .., num_splits)` grid would
-/// be mostly empty splits: a ragged batch cut by a split length, where each
-/// short sequence fills one split of many. Every empty CTA of the plain grid
+/// be almost all empty splits: one long sequence among many short ones, each
+/// short one filling one split of many. Every empty CTA of the plain grid
 /// still launches, reads its length and exits (about 0.6 µs of a CTA slot on
 /// the H200); a packed grid `(head CTAs, pairs, 1)` has none, and its CTAs
 /// number the pairs from the lengths they read, so a graph replayed with
 /// longer sequences still covers every pair (decode_stream.cuh, packed_item).
+/// The outputs are the plain grid's, bit for bit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Packing {
-    /// Where packing saves at least one empty CTA per multiprocessor.
+    /// Where the plain grid would have at least 16 empty CTAs per active
+    /// one (`PACK_MIN_EMPTY_PER_ACTIVE`).
     #[default]
     Auto,
     /// Never: always the plain grid.
@@ -536,7 +538,6 @@ impl CudaBackend {
                 empty_cta_us: decode_attn_core::GPU_EMPTY_CTA_US,
                 splits_per_cta: 1,
                 reduce_wait_us: None,
-                packs_empty_splits: false,
             },
             ctx,
             stream,
@@ -755,10 +756,11 @@ impl CudaBackend {
     }
 
     /// The active (sequence, split) pairs of `plan`, where `launch` (the
-    /// plain grid) would have at least one empty CTA per multiprocessor and
-    /// a packed launch can take them: split plans of one split per CTA. The
-    /// count is the plan's; the kernel counts the pairs of the lengths it
-    /// reads, so a graph replayed with other lengths still covers them.
+    /// plain grid) would be at least `PACK_MIN_EMPTY_PER_ACTIVE` empty CTAs
+    /// per active one, and a packed launch can take them: split plans of one
+    /// split per CTA. The count is the plan's; the kernel counts the pairs
+    /// of the lengths it reads, so a graph replayed with other lengths still
+    /// covers them.
     fn packed_pairs(&self, plan: &Plan, launch: &Launch) -> Option<u32> {
         let problem = &plan.problem;
         if !plan.use_split || launch.splits_per_cta > 1 || !self.may_pack(problem) {
@@ -766,8 +768,9 @@ impl CudaBackend {
         }
         let pairs: u64 = plan.per_seq.iter().map(|s| s.active_splits as u64).sum();
         let empty = problem.num_seqs() as u64 * plan.num_splits as u64 - pairs;
+        let many_empty = empty >= PACK_MIN_EMPTY_PER_ACTIVE * pairs;
         let pairs = u32::try_from(pairs).ok()?;
-        (pairs > 0 && empty * launch.grid_head_ctas() as u64 >= self.props.num_sms as u64).then_some(pairs)
+        (pairs > 0 && many_empty).then_some(pairs)
     }
 
     /// The active (sequence, split) pairs a launch of `plan` packs
@@ -820,7 +823,6 @@ impl CudaBackend {
             max_query_heads_per_cta: launch.query_heads_per_cta,
             splits_per_cta,
             reduce_wait_us,
-            packs_empty_splits: self.may_pack(problem),
             ..self.props.clone()
         })
     }
@@ -1027,6 +1029,15 @@ impl Launch {
 /// Sequences a packed launch counts in every CTA (decode_stream.cuh:
 /// DECODE_PACK_MAX_SEQS).
 const PACK_MAX_SEQS: usize = 2048;
+
+/// Empty CTAs per active one from which a plan launches packed. Packed CTAs
+/// pay for their count (all the lengths read, a scan, two barriers) and, on
+/// grids of several waves, streamed slower than the plain grid's on the
+/// same plans (s27 call 3, H200, same split lengths: 29% and 17% faster
+/// packed at 31 and 20 empty CTAs per active one, 6.5% faster and 7%
+/// slower at 10 and 7, 9-12% slower below 1). `auto` plans as for the
+/// plain grid.
+const PACK_MIN_EMPTY_PER_ACTIVE: u64 = 16;
 
 /// Whether the tensor-core kernel takes `problem`: it has an instantiation
 /// for its element type and head dim, and a CTA of it fits the device's

@@ -594,8 +594,8 @@ fn one_active_split_is_written_by_its_cta_not_the_reducer() {
     }
 }
 
-/// Packed launches (`Packing`): a ragged batch whose plain grid is mostly
-/// empty splits launches only its active pairs, and gives the plain grid's
+/// Packed launches (`Packing`): a ragged batch whose plain grid is almost
+/// all empty splits launches only its active pairs, and gives the plain grid's
 /// outputs bit for bit and the reference's, on both layouts; then, captured
 /// in a graph, replayed with longer sequences (more pairs than the launch
 /// has CTAs, so CTAs take several in turn) and with shorter and empty ones
@@ -609,9 +609,9 @@ fn packed_launches_match_the_plain_grid_and_the_reference() {
     }
     // One long sequence among short ones, 256-token splits: 32 of them for
     // the long one, one for each short one, so 31 of every short
-    // sequence's 32 (sequence, split) CTAs would be empty.
+    // sequence's 32 (sequence, split) CTAs would be empty (27 per active one).
     let mut lens = vec![8000u32];
-    lens.extend((0..47u32).map(|i| [100, 0, 1, 255, 257][i as usize % 5] + i));
+    lens.extend((0..95u32).map(|i| [100, 0, 1, 250, 249][i as usize % 5] + i % 7));
     let policy = "deterministic:256";
     let options: Vec<_> = [Packing::Off, Packing::Auto]
         .into_iter()
@@ -629,14 +629,17 @@ fn packed_launches_match_the_plain_grid_and_the_reference() {
     let expected: u32 = plan.per_seq.iter().map(|s| s.active_splits).sum();
     assert_eq!(pairs, expected, "{plan}");
     assert_eq!(plain.packed_pairs_of(&plain.plan(&p, policy.parse().unwrap()).unwrap()), None);
-    // Equal lengths leave no empty split: the plain grid.
+    // Equal lengths leave no empty split, and a batch of fewer empty CTAs
+    // than 16 per active one keeps the plain grid too.
     let even = problem(KvLayout::block_table(16), vec![4000; 8]);
     assert_eq!(packed.packed_pairs_of(&packed.plan(&even, policy.parse().unwrap()).unwrap()), None);
+    let spread = problem(KvLayout::block_table(16), (0..32).map(|i| 250 * i + 1).collect());
+    assert_eq!(packed.packed_pairs_of(&packed.plan(&spread, policy.parse().unwrap()).unwrap()), None);
 
     // The data and block table of longer sequences (every row's blocks
     // allocated), run at the ragged lengths the plan is for, then at the
     // longer ones: more pairs than the packed launch has CTAs.
-    let longer: Vec<u32> = (0..lens.len() as u32).map(|i| 8000 - 97 * i).collect();
+    let longer: Vec<u32> = (0..lens.len() as u32).map(|i| if i == 0 { 8000 } else { 500 + 5 * i }).collect();
     let shorter: Vec<u32> = (0..lens.len() as u32).map(|i| if i % 3 == 0 { 0 } else { i }).collect();
     let more_pairs: u32 = longer.iter().map(|&s| plan.rule.split(s).active_splits).sum();
     assert!(more_pairs > 2 * pairs, "{more_pairs} pairs against {pairs} CTAs");

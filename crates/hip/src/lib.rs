@@ -186,8 +186,6 @@ impl HipBackend {
                 splits_per_cta: 1,
                 // Its reducer merges every split, lone or not.
                 reduce_wait_us: None,
-                // The kv-grid kernel launches every (sequence, split) of its grid.
-                packs_empty_splits: false,
             },
             functions: Mutex::new(HashMap::new()),
             modules: Mutex::new(vec![LoadedModule {

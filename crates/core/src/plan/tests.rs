@@ -18,13 +18,6 @@ fn h200() -> DeviceProps {
     DeviceProps::gpu_like(132)
 }
 
-/// The H200 launching every CTA of a plan's grid, empty splits included
-/// (`DeviceProps::packs_empty_splits` off): what the figures measured before
-/// packed launches (s8 to s26) were measured on.
-fn h200_plain_grid() -> DeviceProps {
-    DeviceProps { packs_empty_splits: false, ..h200() }
-}
-
 fn llama3_8b(batch: usize, seq_len: u32) -> DecodeProblem {
     problem(32, 8, vec![seq_len; batch])
 }
@@ -425,14 +418,14 @@ fn ragged_chunks_are_near_the_h200_sweep_best() {
         (8, 1, (0..64).map(|i| 128 + (8192 - 128) * i / 63).collect(), 512, 1024),
     ];
     for (heads, kv_heads, lens, shortest, longest) in cases {
-        let plan = plan_of(problem(heads, kv_heads, lens), &h200_plain_grid());
+        let plan = plan_of(problem(heads, kv_heads, lens), &h200());
         let tokens = plan.rule.min_tiles_per_split * TILE_TOKENS;
         assert!((shortest..=longest).contains(&tokens), "{tokens} tokens per split, not {shortest}-{longest}: {plan}");
     }
     // 256 sequences of 64-4096 tokens: no split was fastest, for both models.
     for (heads, kv_heads) in [(32, 8), (8, 1)] {
         let lens: Vec<u32> = (0..256).map(|i| 64 + (4096 - 64) * i / 255).collect();
-        let plan = plan_of(problem(heads, kv_heads, lens), &h200_plain_grid());
+        let plan = plan_of(problem(heads, kv_heads, lens), &h200());
         assert_eq!(plan.num_splits, 1, "{plan}");
     }
 }
@@ -450,19 +443,10 @@ fn empty_ctas_are_charged() {
     // 64 one-tile sequences, one KV head: fixed:256 launches 255 empty CTAs
     // per sequence, fixed:64 63. On the H200: 43.6 against 14.8 us.
     let batch = problem(8, 1, vec![16; 64]);
-    let estimate = |num_splits| estimate_us(&batch, &h200_plain_grid(), SplitRule::new(num_splits, 1));
+    let estimate = |num_splits| estimate_us(&batch, &h200(), SplitRule::new(num_splits, 1));
     assert!(estimate(256) > estimate(64) + 20.0, "{} against {}", estimate(256), estimate(64));
-    let cpu = DeviceProps { empty_cta_us: 0.0, ..h200_plain_grid() };
+    let cpu = DeviceProps { empty_cta_us: 0.0, ..h200() };
     assert_eq!(estimate_us(&batch, &cpu, SplitRule::new(256, 1)), estimate_us(&batch, &cpu, SplitRule::new(64, 1)));
-    // A device that packs such grids (at least 132 empty CTAs) launches none of them.
-    let packed = |num_splits| estimate_us(&batch, &h200(), SplitRule::new(num_splits, 1));
-    assert_eq!(packed(256), packed(64));
-    // Fewer empty CTAs than multiprocessors: the plain grid, charged. Two
-    // one-tile sequences at 64 splits: 126 empty CTAs.
-    let two = problem(8, 1, vec![16; 2]);
-    let charged = estimate_us(&two, &h200(), SplitRule::new(64, 1)) - estimate_us(&two, &h200(), SplitRule::new(2, 1));
-    let expected = 124.0 * h200().empty_cta_us / (132 * 2) as f64;
-    assert!((charged - expected).abs() < 1e-6, "{charged} against {expected}");
 }
 
 #[test]
@@ -622,14 +606,13 @@ fn lone_splits_written_by_their_cta_carry_no_partial_state() {
     // reducer's wait alone where the CTAs write, a whole reduce where not.
     let short = problem(32, 8, vec![512; 4]);
     let lone = SplitRule { min_tiles_per_split: 64, ..SplitRule::new(8, 1) };
-    let unsplit_us = estimate_us(&short, &h200_plain_grid(), SplitRule::new(1, 1));
+    let unsplit_us = estimate_us(&short, &h200(), SplitRule::new(1, 1));
     let wait = h200().reduce_wait_us.unwrap();
-    // Plus the 7 empty splits of each of the 32 (sequence, KV head) pairs,
-    // launched (packed, they would not be).
+    // Plus the 7 empty splits of each of the 32 (sequence, KV head) pairs.
     let empty_us = (32 * 7) as f64 * h200().empty_cta_us / (132 * 2) as f64;
-    let lone_us = estimate_us(&short, &h200_plain_grid(), lone);
+    let lone_us = estimate_us(&short, &h200(), lone);
     assert!((lone_us - unsplit_us - wait - empty_us).abs() < 1e-6, "{lone_us} against {unsplit_us} unsplit");
-    let merging = DeviceProps { reduce_wait_us: None, ..h200_plain_grid() };
+    let merging = DeviceProps { reduce_wait_us: None, ..h200() };
     // Merging costs a dependent launch and a row per query head instead.
     let merged_us = estimate_us(&short, &merging, lone);
     assert!(merged_us - lone_us > h200().launch_overhead_us - wait, "{merged_us} against {lone_us}");
