@@ -600,8 +600,8 @@ DA_DEVICE void decode_mma_item(const DecodeParams& p, const CtaWork& work) {
 // its launch has CTAs), one after another, the ring reused. Called, not
 // inlined: with the item inside a loop in the entry point itself, the
 // compiler laid out the whole kernel differently (236 registers against 221,
-// a main loop a fifth longer) and packed launches streamed 10-40% slower
-// than the plain grid on the same plans (s27 call 1).
+// a main loop a fifth longer); taking it out made packed launches 3-5%
+// faster on the same plans (s27 calls 1-2).
 template <typename T, int HEAD_DIM, bool POW2_BLOCKS>
 DA_DEVICE_CALLED void decode_mma_later_items(const DecodeParams& p, int item) {
     for (;; item += gridDim.y) {
@@ -634,9 +634,9 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
 
 // decode_mma_*: power-of-two block sizes and token indices;
 // decode_mma_*_anyblock: a block table with any block size (a multiple of 16);
-// decode_mma_*_packed (DA_MMA_PACKED_ENTRY): the first over packed pairs
-// (DecodeParams::packed_items > 0), head dims up to 128 (at 256 the loop
-// spills); other block sizes and head dims launch the plain grid.
+// decode_mma_*_packed (DA_MMA_PACKED_ENTRY): the first over packed pairs,
+// grid (head CTAs, pairs, 1), head dims up to 128 (at 256 the loop spills);
+// other block sizes and head dims launch the plain grid.
 #define DA_MMA_ENTRY(T, TNAME, D)                                                                         \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \
         decode_mma_##TNAME##_d##D(const DecodeParams p) {                                                    \

@@ -78,8 +78,7 @@ struct DecodeParams {
     int splits_per_cta;      // 1, or (tensor-core kernel, split calls) the CTA's warps take one split each
     int short_splits;        // 0, or the splits of a sequence of fewer than short_below_tiles tiles
     int short_below_tiles;
-    int packed_items;        // 0: the grid above; > 0 (the tensor-core kernel's _packed entry points): the
-                             // grid is (head CTAs, packed_items, 1) over the active pairs (decode_stream.cuh)
+    int _pad;
 };
 
 struct MergeParams {

@@ -116,17 +116,18 @@ struct CtaWork {
     long long start, end;  // its tokens
 };
 
-// Packed pairs (DecodeParams::packed_items > 0; the tensor-core kernel's
-// `_packed` entry points, split plans with one split per CTA). A ragged batch
+// Packed pairs (the tensor-core kernel's `_packed` entry points, split plans
+// with one split per CTA; the launch picks the entry point). A ragged batch
 // cut by a split length gives a short sequence fewer splits than the grid's
 // split dimension, and every empty (sequence, split) CTA of a plain grid still
 // launches, reads its length and exits: about 0.6 us of a slot each on the
 // H200, thousands of them where one long sequence sits among many short ones.
-// Packed, the grid is (head CTAs, packed_items, 1): blockIdx.x the head CTA,
-// so the head CTAs of one pair are launched side by side and read
-// neighbouring bytes of the same blocks (s8's packed grid put them a whole
-// grid apart and streamed up to 1.36x slower), and blockIdx.y takes the
-// active pairs y, y + gridDim.y, ... in turn. Every CTA numbers the pairs from
+// Packed, the grid is (head CTAs, pairs, 1): blockIdx.x the head CTA, so
+// the head CTAs of one pair are launched side by side and read neighbouring
+// bytes of the same blocks, and blockIdx.y takes the active pairs y,
+// y + gridDim.y, ... in turn. (s8's packed launches, a pair's head CTAs a
+// grid apart, were up to 1.36x slower than the plain grid; the order was
+// not the cause: the code was, see packed_item and decode_mma_later_items.) Every CTA numbers the pairs from
 // all the lengths (thread t owns sequences t, t + DECODE_THREADS, ...; pairs
 // go thread by thread, each thread's sequences in order, each sequence's
 // splits in order), so the numbering is the same in every CTA, and a graph

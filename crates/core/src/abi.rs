@@ -73,11 +73,8 @@ pub struct DecodeParams {
     /// [`SplitRule::short_below_tiles`](crate::SplitRule::short_below_tiles).
     pub short_splits: i32,
     pub short_below_tiles: i32,
-    /// 0, or (the CUDA backend's tensor-core kernel, split plans whose grid
-    /// would be mostly empty splits) the CTAs that take the active
-    /// (sequence, split) pairs in turn; set by the CUDA backend from its
-    /// launch. Also keeps the struct's size a multiple of 8.
-    pub packed_items: i32,
+    /// Keeps the struct's size a multiple of 8 with no bytes unwritten.
+    pub _pad: i32,
 }
 
 /// `DECODE_GRID_SEQS_FIRST`: the grid is `(num_seqs, head CTAs, num_splits)`.
@@ -167,7 +164,7 @@ impl DecodeParams {
             // planner's invariant), so they fit i32 as num_splits does.
             short_splits: plan.rule.short_splits.min(i32::MAX as u32) as i32,
             short_below_tiles: plan.rule.short_below_tiles.min(i32::MAX as u32) as i32,
-            packed_items: 0,
+            _pad: 0,
         })
     }
 }
@@ -308,7 +305,7 @@ mod tests {
             offset_of!(DecodeParams, splits_per_cta),
             offset_of!(DecodeParams, short_splits),
             offset_of!(DecodeParams, short_below_tiles),
-            offset_of!(DecodeParams, packed_items),
+            offset_of!(DecodeParams, _pad),
         ];
         assert_eq!(words, [96, 100, 104, 108, 112, 116, 120, 124, 128, 132, 136, 140, 144, 148]);
     }
@@ -361,7 +358,7 @@ mod tests {
                 "splits_per_cta",
                 "short_splits",
                 "short_below_tiles",
-                "packed_items",
+                "_pad",
             ]
         );
     }

@@ -664,7 +664,6 @@ impl CudaBackend {
             launch.main.push_str("_packed");
             launch.grid = (launch.grid_head_ctas(), pairs.min(65535), 1);
             launch.splits_per_cta = 1;
-            params.packed_items = pairs as i32;
         }
         params.grid_order = launch.grid_order;
         params.splits_per_cta = launch.splits_per_cta;

@@ -138,7 +138,7 @@ static bool warp_splits = false;
 static MmaKern find_mma_kernel(int dt, int d, int layout, int bs, bool packed = false) {
     const bool anyblock = layout == DECODE_LAYOUT_BLOCK_TABLE && (bs & (bs - 1)) != 0 && !pow2_entry;
     for (auto& k : mma_kernels)
-        if (k.dt == dt && k.d == d && !(packed && !k.packed)) return packed ? k.packed : anyblock ? k.anyblock : k.kernel;
+        if (k.dt == dt && k.d == d && (k.packed || !packed)) return packed ? k.packed : anyblock ? k.anyblock : k.kernel;
     fprintf(stderr, "no mma kernel %d %d\n", dt, d);
     exit(2);
 }
@@ -336,10 +336,7 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
         // Packed (as lib.rs launches a ragged split plan): heads first, the
         // pairs in y, one split per CTA.
         const bool packed = P.c.packed > 0 && P.c.num_splits > 1;
-        if (packed) {
-            q.splits_per_cta = 1;
-            q.packed_items = P.c.packed;
-        }
+        if (packed) q.splits_per_cta = 1;
         const dim3 grid = packed        ? dim3(head_ctas, P.c.packed, 1)
                           : heads_first ? dim3(head_ctas, P.B, split_ctas)
                                         : dim3(P.B, head_ctas, split_ctas);
