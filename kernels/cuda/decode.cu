@@ -357,6 +357,68 @@ DA_DEVICE SeqSplit split_rule(const DecodeParams& p, int len) {
     return s;
 }
 
+// Cut by the batch (batch_splits > 0, decode_params.h): the split length that
+// split_rule, with batch_splits for num_splits, gives a sequence of the
+// batch's mean length...
+DA_DEVICE unsigned batch_rule_tiles_per_split(const DecodeParams& p, unsigned mean_tiles) {
+    const unsigned batch_splits = (unsigned)p.batch_splits;
+    const bool has_short = p.short_splits > 0 && (unsigned)p.short_splits < batch_splits;
+    const bool is_short = has_short && p.short_below_tiles > 0 && mean_tiles < (unsigned)p.short_below_tiles;
+    const unsigned splits = is_short ? (unsigned)p.short_splits : batch_splits;
+    const unsigned per = p.min_tiles_per_split > 0 ? (unsigned)p.min_tiles_per_split : 1u;
+    const unsigned even = (mean_tiles + splits - 1) / splits;
+    return even > per ? even : per;
+}
+
+// ...and one sequence's cut at that length (`batch_per_split` >= 1), into no
+// more than num_splits splits (the workspace's rows).
+DA_DEVICE SeqSplit batch_split_rule(const DecodeParams& p, int len, unsigned batch_per_split) {
+    const unsigned tiles = ((unsigned)len + DECODE_TILE_TOKENS - 1) / DECODE_TILE_TOKENS;
+    const unsigned num_splits = p.num_splits > 0 ? (unsigned)p.num_splits : 1u;
+    const unsigned even = (tiles + num_splits - 1) / num_splits;
+    SeqSplit s;
+    s.tiles = tiles;
+    s.tiles_per_split = even > batch_per_split ? even : batch_per_split;
+    s.active_splits = (tiles + s.tiles_per_split - 1) / s.tiles_per_split;
+    return s;
+}
+
+// The batch's split length, computed by every CTA that needs it from the
+// lengths it reads (so a captured graph replayed with other lengths cuts
+// them anew): every thread of the CTA calls it. The mean is the tiles of all
+// sequences (a bad one counts none), summed, over num_seqs, rounded up. The
+// sum is taken in two 16-bit halves, so float shuffles add each exactly
+// (below 2^24 with at most DECODE_PACK_MAX_SEQS sequences of < 2^27 tiles).
+template <int THREADS>
+DA_DEVICE unsigned batch_tiles_per_split(const DecodeParams& p) {
+    constexpr int WARPS = THREADS / DA_WARP_SIZE;
+    __shared__ float warp_low[WARPS], warp_high[WARPS];
+    unsigned long long mine = 0;
+#pragma unroll 1
+    for (int b = threadIdx.x; b < p.num_seqs; b += THREADS) {
+        const SeqInfo s = seq_info(p, b);
+        if (s.ok) mine += ((unsigned)s.len + DECODE_TILE_TOKENS - 1) / DECODE_TILE_TOKENS;
+    }
+    float low = (float)(unsigned)(mine & 0xffffu), high = (float)(unsigned)(mine >> 16);
+#pragma unroll
+    for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) {
+        low += da_shfl_xor(low, o);
+        high += da_shfl_xor(high, o);
+    }
+    const int warp = threadIdx.x / DA_WARP_SIZE, lane = threadIdx.x % DA_WARP_SIZE;
+    __syncthreads();  // a previous call's sums are read
+    if (lane == 0) {
+        warp_low[warp] = low;
+        warp_high[warp] = high;
+    }
+    __syncthreads();
+    unsigned long long total = 0;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) total += ((unsigned long long)warp_high[w] << 16) + (unsigned long long)warp_low[w];
+    const unsigned long long seqs = p.num_seqs > 0 ? (unsigned long long)p.num_seqs : 1ull;
+    return batch_rule_tiles_per_split(p, (unsigned)((total + seqs - 1) / seqs));
+}
+
 // ---------------------------------------------------------------------------
 // Token -> slot lookup.
 // ---------------------------------------------------------------------------
@@ -975,3 +1037,5 @@ DA_MMA_ENTRY(da_f16, f16, 256)
 DA_MMA_ENTRY(da_bf16, bf16, 256)
 DA_DIMS_TO_128(DA_MMA_PACKED_ENTRY, da_f16, f16)
 DA_DIMS_TO_128(DA_MMA_PACKED_ENTRY, da_bf16, bf16)
+DA_DIMS_TO_128(DA_BATCH_REDUCE_ENTRY, da_f16, f16)
+DA_DIMS_TO_128(DA_BATCH_REDUCE_ENTRY, da_bf16, bf16)

@@ -615,16 +615,21 @@ DA_DEVICE_CALLED void decode_mma_later_items(const DecodeParams& p, int item) {
 // packed pairs blockIdx.y, blockIdx.y + gridDim.y, ... (decode_stream.cuh,
 // packed_item): the first inline, as the plain grid's CTA, the rest (if the
 // lengths give more pairs than the launch has CTAs) through
-// decode_mma_later_items.
-template <typename T, int HEAD_DIM, bool POW2_BLOCKS, bool PACKED>
+// decode_mma_later_items; or, ONE_PAIR (the `_batch` entry points, plans cut
+// by the batch), pair blockIdx.y alone: the host launches as many CTAs as
+// the batch rule can make pairs, num_seqs * (batch_splits + 1), so there is
+// no later pair, no call, and no copy of the parameters on a stack.
+template <typename T, int HEAD_DIM, bool POW2_BLOCKS, bool PACKED, bool ONE_PAIR = false>
 DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     if constexpr (PACKED) {
         CtaWork work;
         int pairs = 0;
         if (!cta_work<DECODE_MMA_HEADS, true>(p, work, blockIdx.y, &pairs)) return;
         decode_mma_item<T, HEAD_DIM, POW2_BLOCKS>(p, work);
-        const int next = blockIdx.y + gridDim.y;
-        if (next < pairs) decode_mma_later_items<T, HEAD_DIM, POW2_BLOCKS>(p, next);
+        if constexpr (!ONE_PAIR) {
+            const int next = blockIdx.y + gridDim.y;
+            if (next < pairs) decode_mma_later_items<T, HEAD_DIM, POW2_BLOCKS>(p, next);
+        }
     } else {
         CtaWork work;
         if (!cta_work<DECODE_MMA_HEADS>(p, work)) return;
@@ -636,6 +641,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
 // decode_mma_*_anyblock: a block table with any block size (a multiple of 16);
 // decode_mma_*_packed (DA_MMA_PACKED_ENTRY): the first over packed pairs,
 // grid (head CTAs, pairs, 1), head dims up to 128 (at 256 the loop spills);
+// decode_mma_*_batch: one packed pair per CTA, for plans cut by the batch;
 // other block sizes and head dims launch the plain grid.
 #define DA_MMA_ENTRY(T, TNAME, D)                                                                         \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \
@@ -650,4 +656,8 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \
         decode_mma_##TNAME##_d##D##_packed(const DecodeParams p) {                                           \
         decode_mma_body<T, D, true, true>(p);                                                             \
+    }                                                                                                     \
+    extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \
+        decode_mma_##TNAME##_d##D##_batch(const DecodeParams p) {                                            \
+        decode_mma_body<T, D, true, true, true>(p);                                                       \
     }

@@ -78,7 +78,7 @@ struct DecodeParams {
     int splits_per_cta;      // 1, or (tensor-core kernel, split calls) the CTA's warps take one split each
     int short_splits;        // 0, or the splits of a sequence of fewer than short_below_tiles tiles
     int short_below_tiles;
-    int _pad;
+    int batch_splits;        // 0, or the rule cuts by the batch's mean length (see Splits)
 };
 
 struct MergeParams {

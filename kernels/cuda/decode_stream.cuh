@@ -135,10 +135,17 @@ struct CtaWork {
 // CTAs) still covers them all.
 #define DECODE_PACK_MAX_SEQS 2048
 
+// How a packed launch cuts a sequence of `len` tokens: by the plan's rule, or
+// by the batch (batch_splits > 0) at `batch_per_split` tiles
+// (batch_tiles_per_split).
+DA_DEVICE SeqSplit packed_split_rule(const DecodeParams& p, int len, unsigned batch_per_split) {
+    return p.batch_splits > 0 ? batch_split_rule(p, len, batch_per_split) : split_rule(p, len);
+}
+
 // Pairs of sequence b: its active splits (none for a bad or empty sequence).
-DA_DEVICE int packed_pairs_of(const DecodeParams& p, int b) {
+DA_DEVICE int packed_pairs_of(const DecodeParams& p, int b, unsigned batch_per_split) {
     const SeqInfo s = seq_info(p, b);
-    return s.ok ? (int)split_rule(p, s.len).active_splits : 0;
+    return s.ok ? (int)packed_split_rule(p, s.len, batch_per_split).active_splits : 0;
 }
 
 // The sequence and split of packed pair `item`, and the sequence's guards;
@@ -147,15 +154,15 @@ DA_DEVICE int packed_pairs_of(const DecodeParams& p, int b) {
 // of the CTA calls it with the same item. Its loops are not unrolled: this
 // code runs once per CTA, and an unrolled count (16 sequences a thread) made
 // the entry point's code 3.5 times the plain one's, fetched by every SM.
-DA_DEVICE bool packed_item(const DecodeParams& p, int item, int& seq_out, int& split_out, SeqInfo& info_out,
-                           int& total_out) {
+DA_DEVICE bool packed_item(const DecodeParams& p, int item, unsigned batch_per_split, int& seq_out, int& split_out,
+                           SeqInfo& info_out, int& total_out) {
     constexpr int WARPS = DECODE_THREADS / DA_WARP_SIZE;
     __shared__ int warp_pairs[WARPS];
     __shared__ int found_seq, found_split;
     __syncthreads();  // the previous item's readers of shared memory are done
     int mine = 0;
 #pragma unroll 1
-    for (int b = threadIdx.x; b < p.num_seqs; b += DECODE_THREADS) mine += packed_pairs_of(p, b);
+    for (int b = threadIdx.x; b < p.num_seqs; b += DECODE_THREADS) mine += packed_pairs_of(p, b, batch_per_split);
     // Pairs before this thread's: a scan over the warp in floats (counts stay
     // below 2^24, exact), then the warps before it.
     const int lane = threadIdx.x % DA_WARP_SIZE, warp = threadIdx.x / DA_WARP_SIZE;
@@ -177,7 +184,7 @@ DA_DEVICE bool packed_item(const DecodeParams& p, int item, int& seq_out, int& s
     if (k >= 0 && k < mine) {
 #pragma unroll 1
         for (int b = threadIdx.x; b < p.num_seqs; b += DECODE_THREADS) {
-            const int pairs = packed_pairs_of(p, b);  // read above: a cache hit
+            const int pairs = packed_pairs_of(p, b, batch_per_split);  // read above: a cache hit
             if (k < pairs) {
                 found_seq = b;
                 found_split = k;
@@ -216,9 +223,11 @@ DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w, int item = 0, int* pa
     w.head0 = w.kv_head * group + (head_cta % head_groups) * HEADS;
     w.num_heads = da_min(HEADS, w.kv_head * group + group - w.head0);
     const int splits_per_cta = p.splits_per_cta > 1 ? p.splits_per_cta : 1;
+    unsigned batch_per_split = 0;
     if constexpr (PACKED) {
+        if (p.batch_splits > 0) batch_per_split = batch_tiles_per_split<DECODE_THREADS>(p);
         int total = 0;
-        const bool found = packed_item(p, item, w.b, w.split, w.seq, total);
+        const bool found = packed_item(p, item, batch_per_split, w.b, w.split, w.seq, total);
         if (pairs) *pairs = total;
         if (!found) return false;
     } else {
@@ -227,7 +236,7 @@ DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w, int item = 0, int* pa
         w.seq = seq_info(p, w.b);
     }
     const int len = w.seq.ok ? w.seq.len : 0;
-    const SeqSplit cut = split_rule(p, len);
+    const SeqSplit cut = PACKED ? packed_split_rule(p, len, batch_per_split) : split_rule(p, len);
     w.cut = cut;
     if (p.num_splits != 1) {
         // split >= active_splits, as a multiplication (split_rule).
@@ -619,7 +628,7 @@ __host__ __device__ constexpr int decode_reduce_narrow_rows(int head_dim) {
     return decode_reduce_split_lanes(head_dim) * DECODE_REDUCE_ROWS_PER_LANE;
 }
 
-template <typename T, int HEAD_DIM, int ROWS_PER_LANE>
+template <typename T, int HEAD_DIM, int ROWS_PER_LANE, bool BATCH = false>
 DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     // Thread (split lane, column group): 4 head dims of the rows j = split
     // lane (mod SPLIT_LANES), so a reduce over hundreds of splits keeps
@@ -657,7 +666,16 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     // (No early return: with one, the compiler moved this CTA's setup below
     // the wait, onto the chain after the decode grid ends; s25 measured
     // every small split call 0.1 us slower.)
-    const int active = (int)split_rule(p, seq.len).active_splits;
+    // BATCH (decode_stream_reduce_batch_*, plans cut by the batch): every
+    // CTA sums the batch's tiles as the decode CTAs did.
+    int active;
+    if constexpr (BATCH) {
+        active = p.batch_splits > 0
+                     ? (int)batch_split_rule(p, seq.len, batch_tiles_per_split<THREADS>(p)).active_splits
+                     : (int)split_rule(p, seq.len).active_splits;
+    } else {
+        active = (int)split_rule(p, seq.len).active_splits;
+    }
     const bool merge = reducer_merges(p, active);
     const int rows = merge ? active : 0;
     const float4* acc = reinterpret_cast<const float4*>(p.partial_acc + q_head * p.num_splits * HEAD_DIM);
@@ -764,4 +782,12 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     extern "C" __global__ void __launch_bounds__(DECODE_REDUCE_THREADS) decode_stream_reduce_wide_##TNAME##_d##D( \
         const DecodeParams p) {                                                                                   \
         decode_stream_reduce_body<T, D, DECODE_REDUCE_WIDE_ROWS_PER_LANE>(p);                                     \
+    }
+
+// The reducer of plans cut by the batch (the tensor-core kernel's packed
+// launches: f16 and bf16, head dims up to 128).
+#define DA_BATCH_REDUCE_ENTRY(T, TNAME, D)                                                                        \
+    extern "C" __global__ void __launch_bounds__(DECODE_REDUCE_THREADS) decode_stream_reduce_batch_##TNAME##_d##D( \
+        const DecodeParams p) {                                                                                   \
+        decode_stream_reduce_body<T, D, DECODE_REDUCE_ROWS_PER_LANE, true>(p);                                    \
     }

@@ -73,8 +73,10 @@ pub struct DecodeParams {
     /// [`SplitRule::short_below_tiles`](crate::SplitRule::short_below_tiles).
     pub short_splits: i32,
     pub short_below_tiles: i32,
-    /// Keeps the struct's size a multiple of 8 with no bytes unwritten.
-    pub _pad: i32,
+    /// [`SplitRule::batch_splits`](crate::SplitRule::batch_splits): 0, or
+    /// the rule cuts by the batch's mean length (only the tensor-core
+    /// kernel's packed entry points and the stream reducer evaluate it).
+    pub batch_splits: i32,
 }
 
 /// `DECODE_GRID_SEQS_FIRST`: the grid is `(num_seqs, head CTAs, num_splits)`.
@@ -164,7 +166,8 @@ impl DecodeParams {
             // planner's invariant), so they fit i32 as num_splits does.
             short_splits: plan.rule.short_splits.min(i32::MAX as u32) as i32,
             short_below_tiles: plan.rule.short_below_tiles.min(i32::MAX as u32) as i32,
-            _pad: 0,
+            // Below num_splits (at most MAX_SPLITS).
+            batch_splits: plan.rule.batch_splits.min(i32::MAX as u32) as i32,
         })
     }
 }
@@ -305,7 +308,7 @@ mod tests {
             offset_of!(DecodeParams, splits_per_cta),
             offset_of!(DecodeParams, short_splits),
             offset_of!(DecodeParams, short_below_tiles),
-            offset_of!(DecodeParams, _pad),
+            offset_of!(DecodeParams, batch_splits),
         ];
         assert_eq!(words, [96, 100, 104, 108, 112, 116, 120, 124, 128, 132, 136, 140, 144, 148]);
     }
@@ -358,7 +361,7 @@ mod tests {
                 "splits_per_cta",
                 "short_splits",
                 "short_below_tiles",
-                "_pad",
+                "batch_splits",
             ]
         );
     }

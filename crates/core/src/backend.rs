@@ -96,6 +96,13 @@ pub struct DeviceProps {
     /// not (partial rows written and read back, and a full reduce).
     #[serde(default)]
     pub reduce_wait_us: Option<f64>,
+    /// Whether the kernel can cut by the batch ([`crate::SplitRule`]'s
+    /// `batch_splits`): the CUDA tensor-core kernel's packed launches, whose
+    /// CTAs read every sequence's length. `auto` then gives a plan of equal
+    /// lengths (a captured graph's) a batch rule, so that a ragged replay
+    /// spreads a long sequence over the grid.
+    #[serde(default)]
+    pub cuts_by_batch: bool,
 }
 
 /// serde's default for the counts that are 1 unless said otherwise.
@@ -127,6 +134,7 @@ impl DeviceProps {
             empty_cta_us: GPU_EMPTY_CTA_US,
             splits_per_cta: 4,
             reduce_wait_us: Some(GPU_REDUCE_WAIT_US),
+            cuts_by_batch: false,
         }
     }
 

@@ -35,6 +35,23 @@ use crate::{AttentionShape, DecodeProblem, DeviceProps, Error, Result, TILE_TOKE
 /// The largest split count any policy may ask for.
 pub const MAX_SPLITS: u32 = 1024;
 
+/// The most sequences a batch rule's kernel counts in each CTA (the CUDA
+/// packed launches: decode_stream.cuh, DECODE_PACK_MAX_SEQS).
+pub const BATCH_MAX_SEQS: usize = 2048;
+
+/// Partial rows per query head a batch rule reserves for the whole batch:
+/// `num_splits` is `BATCH_ROWS_PER_HEAD / num_seqs` (at least the plan's own
+/// count), so that one long sequence among short ones can be cut as finely
+/// as the batch's mean length asks. 2048 rows of `head_dim + 2` floats:
+/// 34 MB of workspace for Llama-3-8B's 32 query heads at d = 128, whatever
+/// the batch size.
+pub const BATCH_ROWS_PER_HEAD: u32 = 2048;
+
+/// The most (sequence, split) pairs a batch rule may make at any lengths,
+/// `num_seqs * (batch_splits + 1)`: the CUDA launch gives each its own CTA
+/// along one grid dimension (65535 at most).
+pub const BATCH_MAX_PAIRS: u64 = 65535;
+
 /// `auto` gives each warp of a CTA its own split (where the kernel can,
 /// [`DeviceProps::splits_per_cta`]) only while a query head's partial rows
 /// stay this few: past it the reduce, one CTA per query head, reads more
@@ -143,10 +160,23 @@ impl fmt::Display for Policy {
     }
 }
 
-/// The per-sequence split rule every backend evaluates (the GPU on the device).
+/// The split rule every backend evaluates (the GPU on the device, from the
+/// lengths it reads, so a captured graph replays correctly at other lengths).
+///
+/// Per sequence (`batch_splits == 0`): a sequence of `tiles` tiles is cut
+/// into `splits_for(tiles)` splits of at least `min_tiles_per_split` tiles.
+/// By the batch (`batch_splits > 0`): every sequence is cut at the split
+/// length the per-sequence rule, with `batch_splits` in place of
+/// `num_splits`, gives the batch's mean length (tiles summed over the
+/// batch, divided by its sequences, rounded up), and into no more than
+/// `num_splits` splits. At equal lengths the two cut alike; replayed with a
+/// ragged batch, the batch rule cuts a long sequence among short ones into
+/// many splits where the per-sequence rule would leave it to a few CTAs
+/// (`SplitRule::for_batch`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SplitRule {
-    /// The grid's split dimension: no sequence gets more.
+    /// The grid's split dimension: no sequence gets more. (Partial rows per
+    /// query head and sequence, so the workspace's stride.)
     pub num_splits: u32,
     /// No split gets fewer tiles than this (except a sequence's last).
     pub min_tiles_per_split: u32,
@@ -158,18 +188,50 @@ pub struct SplitRule {
     pub short_splits: u32,
     #[serde(default)]
     pub short_below_tiles: u32,
+    /// 0: the per-sequence rule. Otherwise the rule cuts by the batch's mean
+    /// length, into this many splits where `num_splits` would be used.
+    #[serde(default)]
+    pub batch_splits: u32,
 }
 
 impl SplitRule {
     /// `num_splits` splits of at least `min_tiles_per_split` tiles for every length.
     pub const fn new(num_splits: u32, min_tiles_per_split: u32) -> SplitRule {
-        SplitRule { num_splits, min_tiles_per_split, short_splits: 0, short_below_tiles: 0 }
+        SplitRule { num_splits, min_tiles_per_split, short_splits: 0, short_below_tiles: 0, batch_splits: 0 }
+    }
+
+    /// Whether the rule cuts by the batch (`batch_splits > 0`): evaluate it
+    /// through [`SplitRule::for_batch`].
+    pub const fn is_batch(&self) -> bool {
+        self.batch_splits > 0
+    }
+
+    /// The per-sequence rule this rule is for the batch of `seq_lens`: itself
+    /// for a per-sequence rule; for a batch rule, `num_splits` splits of at
+    /// least the split length of the batch's mean length. The kernels compute
+    /// the same from the lengths they read (a bad sequence's length counts as
+    /// 0 tiles there; here every length is taken as given).
+    pub fn for_batch(&self, seq_lens: &[u32]) -> SplitRule {
+        if !self.is_batch() {
+            return *self;
+        }
+        let tiles: u64 = seq_lens.iter().map(|&len| cdiv(len as u64, TILE_TOKENS as u64)).sum();
+        let mean_tiles = if seq_lens.is_empty() { 0 } else { cdiv(tiles, seq_lens.len() as u64) };
+        SplitRule::new(self.num_splits, self.mean_tiles_per_split(mean_tiles as u32))
+    }
+
+    /// The split length a batch rule gives a batch of `mean_tiles` tiles on
+    /// average: the per-sequence rule's, with `batch_splits` splits.
+    pub fn mean_tiles_per_split(&self, mean_tiles: u32) -> u32 {
+        let per_seq = SplitRule { num_splits: self.batch_splits.max(1), batch_splits: 0, ..*self };
+        per_seq.tiles_per_split(mean_tiles)
     }
 
     /// The splits a sequence of `tiles` tiles is cut into (before the floor
-    /// of `min_tiles_per_split` merges some).
+    /// of `min_tiles_per_split` merges some), by the per-sequence rule (for
+    /// a batch rule, as if the sequence were its whole batch).
     pub fn splits_for(&self, tiles: u32) -> u32 {
-        let num_splits = self.num_splits.max(1);
+        let num_splits = if self.is_batch() { self.batch_splits } else { self.num_splits.max(1) };
         if self.short_splits > 0 && self.short_splits < num_splits && tiles < self.short_below_tiles {
             self.short_splits
         } else {
@@ -177,10 +239,19 @@ impl SplitRule {
         }
     }
 
+    fn tiles_per_split(&self, tiles: u32) -> u32 {
+        let splits = self.splits_for(tiles);
+        self.min_tiles_per_split.max(1).max(cdiv(tiles as u64, splits as u64) as u32)
+    }
+
+    /// How a sequence of `seq_len` tokens is cut. A batch rule cuts it as if
+    /// it were its whole batch: resolve it with [`SplitRule::for_batch`] first
+    /// to cut a sequence of a batch.
     pub fn split(&self, seq_len: u32) -> SeqSplit {
         let tiles = cdiv(seq_len as u64, TILE_TOKENS as u64) as u32;
-        let splits = self.splits_for(tiles);
-        let tiles_per_split = self.min_tiles_per_split.max(1).max(cdiv(tiles as u64, splits as u64) as u32);
+        let rule =
+            if self.is_batch() { SplitRule::new(self.num_splits, self.mean_tiles_per_split(tiles)) } else { *self };
+        let tiles_per_split = rule.tiles_per_split(tiles);
         let active_splits = cdiv(tiles as u64, tiles_per_split as u64) as u32;
         SeqSplit { seq_len, tiles, tiles_per_split, active_splits }
     }
@@ -376,8 +447,31 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
         }
     }
 
-    let per_seq: Vec<SeqSplit> = problem.seq_lens.iter().map(|&s| rule.split(s)).collect();
-    let longest = rule.split(max_seq_len);
+    // Equal lengths are also what a ragged replay of that graph is cut
+    // from: the per-sequence rule leaves a long sequence among short ones to
+    // the CTAs the planned length gave it (unsplit at B = 64 for 8B: one CTA
+    // per KV head streaming all of it). A batch rule cuts every sequence at
+    // the split length of the batch's mean instead, which at the planned
+    // lengths is the same cut.
+    let by_batch = policy == Policy::Auto
+        && equal_lengths
+        && device.cuts_by_batch
+        && splits_per_cta == 1
+        && (2..=BATCH_MAX_SEQS).contains(&problem.num_seqs());
+    if by_batch {
+        let cap = (BATCH_ROWS_PER_HEAD / num_seqs as u32).clamp(rule.num_splits, MAX_SPLITS);
+        if cap > 1 && num_seqs * (rule.num_splits as u64 + 1) <= BATCH_MAX_PAIRS {
+            rule = SplitRule { batch_splits: rule.num_splits, num_splits: cap, ..rule };
+            reason.push_str(&format!(
+                "; cut by the batch: a replay's sequences are all cut at the split length of its mean length, \
+                 into at most {cap} splits each"
+            ));
+        }
+    }
+
+    let batch_rule = rule.for_batch(&problem.seq_lens);
+    let per_seq: Vec<SeqSplit> = problem.seq_lens.iter().map(|&s| batch_rule.split(s)).collect();
+    let longest = batch_rule.split(max_seq_len);
     let use_split = rule.num_splits > 1;
     let record = (shape.head_dim as u64 + 2) * 4;
     let partial_bytes_per_token_head = rule.num_splits as u64 * record;
@@ -388,7 +482,10 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
     } else {
         0
     };
-    let grid = [num_seqs as u32, cta_heads as u32, rule.num_splits.div_ceil(splits_per_cta)];
+    // A batch rule's grid: a CTA for every pair the rule can make at any
+    // lengths, batch_splits + 1 per sequence (the CUDA launch packs them).
+    let grid_splits = if rule.is_batch() { rule.batch_splits + 1 } else { rule.num_splits };
+    let grid = [num_seqs as u32, cta_heads as u32, grid_splits.div_ceil(splits_per_cta)];
     Ok(Plan {
         problem: problem.clone(),
         policy,

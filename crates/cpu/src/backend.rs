@@ -123,6 +123,7 @@ impl CpuBackend {
             splits_per_cta: 1,
             // The merge reads every split's partial row, lone or not.
             reduce_wait_us: None,
+            cuts_by_batch: false,
         };
         CpuBackend { pool, props, isa: Isa::detect() }
     }
@@ -299,6 +300,8 @@ impl DecodeAttention for CpuBackend {
         const PRIVATE_SPLIT_TILES: u32 = 16;
         let split_tokens = (PRIVATE_SPLIT_TILES * TILE_TOKENS) as usize;
         let longest = seq_lens.iter().copied().max().unwrap_or(0) as usize;
+        // A batch rule cuts every sequence by the lengths of the whole batch.
+        let batch_rule = plan.rule.for_batch(&seq_lens);
         let (private, rule, num_splits) = match (split, parallel && num_seqs < threads) {
             // As many splits as the longest sequence fills at 16 tiles each,
             // and no private splits where that is one: fewer partial rows
@@ -309,10 +312,10 @@ impl DecodeAttention for CpuBackend {
                 let rule = SplitRule::new(splits as u32, PRIVATE_SPLIT_TILES);
                 match alloc_zeroed(num_seqs * shape.num_q_heads * splits * (shape.head_dim + 2) * 4) {
                     Ok(ws) => (Some(ws), rule, splits),
-                    Err(_) => (None, plan.rule, num_splits),
+                    Err(_) => (None, batch_rule, num_splits),
                 }
             }
-            _ => (None, plan.rule, num_splits),
+            _ => (None, batch_rule, num_splits),
         };
 
         // Nothing has been written so far; from here on nothing fails.

@@ -326,3 +326,43 @@ fn short_split_counts_match_the_reference() {
         assert_zero_rows(&batch, &out, &format!("{layout}"));
     }
 }
+
+/// A plan cut by the batch (what `auto` gives a GPU plan of equal lengths
+/// where the device offers it, here the CLI's GPU figures with
+/// `cuts_by_batch`): run at ragged lengths, every
+/// sequence is cut at the split length of the batch's mean, which the CPU
+/// backend derives from the lengths it is given as the kernels do; the
+/// partial rows it writes are those of `SplitRule::for_batch`.
+#[test]
+fn a_batch_rule_cuts_by_the_lengths_it_is_given() {
+    use decode_attn_core::DeviceProps;
+    let backend = backend();
+    // Block tables: a replay at shorter lengths keeps the planned rows.
+    for layout in LAYOUTS.into_iter().filter(|layout| matches!(layout, KvLayout::BlockTable { .. })) {
+        let planned = problem(32, 8, 128, uniform(DType::Bf16), layout, &[2048; 16]);
+        let gpu = DeviceProps { cuts_by_batch: true, ..DeviceProps::gpu_like_for(132, &planned) };
+        let plan = decode_attn_core::plan(&planned, Policy::Auto, &gpu).unwrap();
+        assert!(plan.rule.is_batch(), "{plan}");
+        let lens = [2048, 16, 17, 0, 33, 100, 16, 5, 16, 16, 16, 16, 16, 16, 16, 16];
+        let batch = HostBatch::random(&planned, 72).at_lengths(&lens);
+        let mut buffers = Buffers::new(&batch, &plan);
+        buffers.decode(&backend, &plan, None).unwrap();
+        let out = buffers.out_f32(&plan);
+        let err = relative_error(&out, &decode_reference(&batch, batch.problem.shape.default_scale()));
+        assert!(err <= 1e-2, "{layout}: relative error {err:e}");
+        assert_zero_rows(&batch, &out, &format!("{layout}"));
+        // 151 tiles over 16 sequences: a mean of 10, so the 2048-token
+        // sequence (128 tiles) is cut into 13 splits of 10 tiles, where the
+        // per-sequence rule planned every sequence whole.
+        assert_eq!(plan.per_seq[0].active_splits, 1, "{plan}");
+        let cut = plan.rule.for_batch(&lens).split(2048);
+        assert_eq!((cut.tiles_per_split, cut.active_splits), (10, 13), "{plan}");
+        let ws: Vec<f32> = decode_attn_core::dtype::decode(DType::F32, buffers.workspace.as_bytes());
+        let rows = 16 * 32 * plan.num_splits as usize;
+        let ml = &ws[rows * 128..];
+        for split in 0..plan.num_splits as usize {
+            let l = ml[2 * split + 1];
+            assert_eq!(l > 0.0, split < 13, "{layout}: sequence 0, head 0, split {split}: l = {l}");
+        }
+    }
+}

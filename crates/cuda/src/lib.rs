@@ -195,6 +195,32 @@ pub struct CudaOptions {
     /// Whether a split plan whose grid would be mostly empty splits launches
     /// only its active pairs.
     pub packing: Packing,
+    /// Whether `auto` cuts a plan of equal lengths by the batch.
+    pub batch_rule: BatchRule,
+}
+
+/// Whether `auto` gives a plan of equal lengths (the graph an engine captures
+/// for a batch size) a split rule cut by the batch
+/// ([`SplitRule::batch_splits`](decode_attn_core::SplitRule)): each replay's
+/// sequences cut at the split length of its mean length, so that one long
+/// sequence among short ones is spread over the grid instead of staying on
+/// the CTAs the planned length gave it. Such plans launch packed (their CTAs
+/// sum the batch's tiles from the lengths they read) and need the packed
+/// entry points (`Packing` not `Off`).
+///
+/// Off by default: on the H200 (s28, planned for 65536 tokens) it made
+/// replays with one long sequence among short ones 2.2-4.2 times faster, but
+/// replays of spread lengths 5-29% slower and the planned lengths themselves
+/// 15-36% slower, because packed CTAs stream slower than the plain grid's
+/// (docs/PERFORMANCE.md, s28). An engine whose batches are mostly short
+/// sequences with a few long ones turns it on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BatchRule {
+    /// Never: the per-sequence rule, as planned.
+    #[default]
+    Off,
+    /// Where the packed entry points take the problem.
+    Auto,
 }
 
 /// Whether the tensor-core kernel launches only the active (sequence,
@@ -214,6 +240,9 @@ pub enum Packing {
     Auto,
     /// Never: always the plain grid.
     Off,
+    /// Every split plan of one split per CTA that the packed entry points
+    /// take, however few of its grid's CTAs would be empty (for A/B timing).
+    Always,
 }
 
 /// Whether `auto` may give each warp of a tensor-core CTA its own split
@@ -296,7 +325,8 @@ impl CudaOptions {
     /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc`,
     /// `DECODE_ATTN_CUDA_KERNEL=auto|mma|stream|staged|kvgrid`, `DECODE_ATTN_CUDA_HEADS_PER_CTA=1|2|4|8`,
     /// `DECODE_ATTN_CUDA_PDL=off|reducer|all`, `DECODE_ATTN_CUDA_GRID=auto|seqs|heads`,
-    /// `DECODE_ATTN_CUDA_WARP_SPLITS=auto|off`, `DECODE_ATTN_CUDA_PACKED=auto|off`
+    /// `DECODE_ATTN_CUDA_WARP_SPLITS=auto|off`, `DECODE_ATTN_CUDA_PACKED=auto|off|always`,
+    /// `DECODE_ATTN_CUDA_BATCH_RULE=off|auto`
     /// and the cache folder of [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
         let kernels = env::choice(
@@ -356,7 +386,13 @@ impl CudaOptions {
             BACKEND,
             "DECODE_ATTN_CUDA_PACKED",
             Packing::default(),
-            &[("auto", Packing::Auto), ("off", Packing::Off)],
+            &[("auto", Packing::Auto), ("off", Packing::Off), ("always", Packing::Always)],
+        )?;
+        let batch_rule = env::choice(
+            BACKEND,
+            "DECODE_ATTN_CUDA_BATCH_RULE",
+            BatchRule::default(),
+            &[("off", BatchRule::Off), ("auto", BatchRule::Auto)],
         )?;
         Ok(CudaOptions {
             kernels,
@@ -367,6 +403,7 @@ impl CudaOptions {
             grid_order,
             warp_splits,
             packing,
+            batch_rule,
         })
     }
 }
@@ -476,6 +513,7 @@ pub struct CudaBackend {
     grid_order: GridOrder,
     warp_splits: WarpSplits,
     packing: Packing,
+    batch_rule: BatchRule,
     /// Shared memory one CTA may opt in to (232448 bytes on sm_90, 166912 on
     /// sm_80): whether the tensor-core kernel's head_dim 256 fits.
     max_shared_per_cta: usize,
@@ -538,6 +576,7 @@ impl CudaBackend {
                 empty_cta_us: decode_attn_core::GPU_EMPTY_CTA_US,
                 splits_per_cta: 1,
                 reduce_wait_us: None,
+                cuts_by_batch: false,
             },
             ctx,
             stream,
@@ -551,6 +590,7 @@ impl CudaBackend {
             grid_order: options.grid_order,
             warp_splits: options.warp_splits,
             packing: options.packing,
+            batch_rule: options.batch_rule,
             max_shared_per_cta,
         };
         // The kernel in use at a Llama-3-8B layer (bf16, d = 128, 16-token
@@ -658,12 +698,28 @@ impl CudaBackend {
         let num_splits = params.num_splits as u32;
         let split = num_splits > 1;
         let mut launch = self.launches(problem, num_splits, plan.splits_per_cta);
-        if let Some(pairs) = self.packed_pairs(plan, &launch) {
+        let packed_pairs = self.packed_pairs(plan, &launch);
+        if plan.rule.is_batch() && packed_pairs.is_none() {
+            // Only the packed entry points sum the batch's tiles.
+            return Err(Error::Unsupported {
+                backend: BACKEND,
+                what: format!(
+                    "a split rule cut by the batch (batch_splits {}) without a packed launch of {:?} for this problem",
+                    plan.rule.batch_splits,
+                    self.kernel_for(problem)
+                ),
+            });
+        }
+        if let Some(pairs) = packed_pairs {
             // Heads first, the pairs in y (at most 65535 CTAs there; each
             // takes every gridDim.y-th pair), one split per CTA.
-            launch.main.push_str("_packed");
-            launch.grid = (launch.grid_head_ctas(), pairs.min(65535), 1);
+            launch.main.push_str(if plan.rule.is_batch() { "_batch" } else { "_packed" });
+            launch.grid = (launch.grid_head_ctas(), pairs.min(MAX_GRID_Y), 1);
             launch.splits_per_cta = 1;
+            if plan.rule.is_batch() {
+                launch.reduce =
+                    format!("decode_stream_reduce_batch_{}_d{}", dtype_suffix(problem.dtypes.q), shape.head_dim);
+            }
         }
         params.grid_order = launch.grid_order;
         params.splits_per_cta = launch.splits_per_cta;
@@ -747,7 +803,7 @@ impl CudaBackend {
             KvLayout::BlockTable { kernel_block_size, .. } => kernel_block_size.is_power_of_two(),
             KvLayout::TokenIndices { .. } => true,
         };
-        self.packing == Packing::Auto
+        self.packing != Packing::Off
             && self.kernel_for(problem) == DecodeKernel::Mma
             && pow2
             && problem.shape.head_dim <= 128
@@ -760,14 +816,20 @@ impl CudaBackend {
     /// split per CTA. The count is the plan's; the kernel counts the pairs
     /// of the lengths it reads, so a graph replayed with other lengths still
     /// covers them.
+    /// A plan cut by the batch always launches packed, on its `_batch` entry
+    /// point: one pair per CTA, and as many CTAs as the rule can make pairs
+    /// at any lengths, `num_seqs * (batch_splits + 1)` (`batch_pair_bound`).
     fn packed_pairs(&self, plan: &Plan, launch: &Launch) -> Option<u32> {
         let problem = &plan.problem;
         if !plan.use_split || launch.splits_per_cta > 1 || !self.may_pack(problem) {
             return None;
         }
+        if plan.rule.is_batch() {
+            return u32::try_from(batch_pair_bound(plan)).ok().filter(|&ctas| ctas <= MAX_GRID_Y);
+        }
         let pairs: u64 = plan.per_seq.iter().map(|s| s.active_splits as u64).sum();
         let empty = problem.num_seqs() as u64 * plan.num_splits as u64 - pairs;
-        let many_empty = empty >= PACK_MIN_EMPTY_PER_ACTIVE * pairs;
+        let many_empty = self.packing == Packing::Always || empty >= PACK_MIN_EMPTY_PER_ACTIVE * pairs;
         let pairs = u32::try_from(pairs).ok()?;
         (pairs > 0 && many_empty).then_some(pairs)
     }
@@ -822,6 +884,7 @@ impl CudaBackend {
             max_query_heads_per_cta: launch.query_heads_per_cta,
             splits_per_cta,
             reduce_wait_us,
+            cuts_by_batch: self.batch_rule == BatchRule::Auto && self.may_pack(problem),
             ..self.props.clone()
         })
     }
@@ -1028,6 +1091,18 @@ impl Launch {
 /// Sequences a packed launch counts in every CTA (decode_stream.cuh:
 /// DECODE_PACK_MAX_SEQS).
 const PACK_MAX_SEQS: usize = 2048;
+
+/// The most CTAs a grid's y dimension takes.
+const MAX_GRID_Y: u32 = 65535;
+
+/// The most (sequence, split) pairs a plan cut by the batch makes at any
+/// lengths: each sequence's count rounds its share of the batch's tiles up
+/// by less than one, and the split length is at least the mean's over
+/// `batch_splits` splits, so the shares sum to at most `num_seqs *
+/// batch_splits` (core's `a_batch_rule_cuts_...` test checks the bound).
+fn batch_pair_bound(plan: &Plan) -> u64 {
+    plan.problem.num_seqs() as u64 * (plan.rule.batch_splits as u64 + 1)
+}
 
 /// Empty CTAs per active one from which a plan launches packed. Packed CTAs
 /// pay for their count (all the lengths read, a scan, two barriers) and, on

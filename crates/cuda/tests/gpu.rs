@@ -663,3 +663,71 @@ fn packed_launches_match_the_plain_grid_and_the_reference() {
         }
     }
 }
+
+/// With `BatchRule::Auto`, a plan of equal lengths under `auto` (the graph
+/// an engine captures for a batch size) cuts by the batch: captured at the planned lengths, then
+/// replayed with one long sequence among short ones, a spread and empty
+/// sequences, every replay matches the reference, and matches bit for bit a
+/// direct call with the per-sequence rule the host derives from the replay's
+/// lengths (`SplitRule::for_batch`), so the kernels and the reducer summed
+/// the batch's tiles as the host does. The launch has a CTA for every pair
+/// the rule can make, `num_seqs * (batch_splits + 1)`; one replay nearly
+/// fills them.
+#[test]
+#[serial]
+fn batch_rule_plans_cut_each_replay_by_its_mean_length() {
+    use decode_attn_cuda::BatchRule;
+    if !device_present() {
+        return;
+    }
+    let backend =
+        CudaBackend::with_options(0, CudaOptions { batch_rule: BatchRule::Auto, ..CudaOptions::default() }).unwrap();
+    let planned = problem(KvLayout::block_table(16), vec![4096; 16]);
+    let plan = backend.plan(&planned, Policy::Auto).unwrap();
+    assert!(plan.rule.is_batch(), "{plan}");
+    assert!(plan.rule.num_splits >= 2048 / 16, "{plan}");
+    // The default: the per-sequence rule.
+    let off = CudaBackend::new(0).unwrap();
+    let per_seq = off.plan(&planned, Policy::Auto).unwrap();
+    assert!(!per_seq.rule.is_batch(), "{per_seq}");
+    assert_eq!(plan.per_seq, per_seq.per_seq, "the planned lengths are cut alike");
+    assert_eq!(plan.rule.batch_splits, per_seq.rule.num_splits, "{plan}");
+    let ctas = backend.packed_pairs_of(&plan).expect("a batch rule launches packed");
+    assert_eq!(ctas, 16 * (plan.rule.batch_splits + 1), "{plan}");
+    let planned_pairs: u32 = plan.per_seq.iter().map(|s| s.active_splits).sum();
+
+    let batch = HostBatch::random(&planned, 83);
+    let mut device = DeviceBatch::new(&backend, &batch, plan.workspace_bytes);
+    let graph = backend.capture(&mut || backend.decode(&plan, device.args(true))).unwrap();
+    let one_long: Vec<u32> = (0..16).map(|i| if i == 5 { 4096 } else { 16 + i }).collect();
+    let spread: Vec<u32> = (0..16).map(|i| 256 * i + 7).collect();
+    let with_empty: Vec<u32> = (0..16).map(|i| if i % 4 == 0 { 0 } else { 4096 - 200 * i }).collect();
+    let more_pairs: u32 = one_long.iter().map(|&s| plan.rule.for_batch(&one_long).split(s).active_splits).sum();
+    assert!(
+        more_pairs > planned_pairs && more_pairs <= ctas,
+        "{more_pairs} pairs, {planned_pairs} planned, {ctas} CTAs"
+    );
+    for lens in [vec![4096; 16], one_long, spread, with_empty] {
+        let as_i32: Vec<i32> = lens.iter().map(|&s| s as i32).collect();
+        backend.upload(&mut device.seq_lens, &i32_bytes(&as_i32)).unwrap();
+        backend.upload(&mut device.out, &nan_bytes(DType::Bf16, planned.out_bytes())).unwrap();
+        graph.replay().unwrap();
+        let replayed = download_f32(&backend, &device.out, DType::Bf16);
+        let reference = decode_reference(&batch.at_lengths(&lens), planned.shape.default_scale());
+        let err = relative_error(&replayed, &reference);
+        assert!(err < 1e-2, "replay at {:?}..: relerr {err}", &lens[..6]);
+
+        let mut direct = plan.clone();
+        direct.rule = plan.rule.for_batch(&lens);
+        direct.per_seq = lens.iter().map(|&s| direct.rule.split(s)).collect();
+        backend.upload(&mut device.out, &nan_bytes(DType::Bf16, planned.out_bytes())).unwrap();
+        backend.decode(&direct, device.args(true)).unwrap();
+        let got = download_f32(&backend, &device.out, DType::Bf16);
+        assert!(
+            got.iter().zip(&replayed).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "replay at {:?}.. differs from the host's cut {:?}",
+            &lens[..6],
+            direct.rule
+        );
+    }
+}

@@ -186,6 +186,7 @@ impl HipBackend {
                 splits_per_cta: 1,
                 // Its reducer merges every split, lone or not.
                 reduce_wait_us: None,
+                cuts_by_batch: false,
             },
             functions: Mutex::new(HashMap::new()),
             modules: Mutex::new(vec![LoadedModule {
@@ -432,6 +433,14 @@ impl DecodeAttention for HipBackend {
         let problem = &plan.problem;
         self.supports(problem)?;
         let checked = args.check(plan)?;
+        if plan.rule.is_batch() {
+            // The portable kernel evaluates the per-sequence rule only; a
+            // batch rule comes from a plan made for the CUDA backend.
+            return Err(Error::Unsupported {
+                backend: "hip",
+                what: format!("a split rule cut by the batch (batch_splits {})", plan.rule.batch_splits),
+            });
+        }
         if problem.num_seqs() == 0 {
             return Ok(());
         }

@@ -109,10 +109,13 @@ struct MmaKerns {
     MmaKern kernel;    // power-of-two block sizes, token indices
     MmaKern anyblock;  // any block size (a multiple of 16)
     MmaKern packed;    // the first over packed (sequence, split) pairs
+    MmaKern batch;         // one packed pair per CTA, for plans cut by the batch
+    MmaKern batch_reduce;  // the stream reducer of plans cut by the batch
 };
-#define MK(TN, DTV, D) \
-    {DTV, D, decode_mma_##TN##_d##D, decode_mma_##TN##_d##D##_anyblock, decode_mma_##TN##_d##D##_packed}
-#define MK256(TN, DTV) {DTV, 256, decode_mma_##TN##_d256, decode_mma_##TN##_d256_anyblock, nullptr}
+#define MK(TN, DTV, D)                                                                                        \
+    {DTV, D, decode_mma_##TN##_d##D, decode_mma_##TN##_d##D##_anyblock, decode_mma_##TN##_d##D##_packed, \
+     decode_mma_##TN##_d##D##_batch, decode_stream_reduce_batch_##TN##_d##D}
+#define MK256(TN, DTV) {DTV, 256, decode_mma_##TN##_d256, decode_mma_##TN##_d256_anyblock, nullptr, nullptr, nullptr}
 #define MK_ALL(TN, DTV) \
     MK(TN, DTV, 64), MK(TN, DTV, 80), MK(TN, DTV, 96), MK(TN, DTV, 112), MK(TN, DTV, 120), MK(TN, DTV, 128), MK256(TN, DTV)
 static MmaKerns mma_kernels[] = {MK_ALL(f16, F16), MK_ALL(bf16, BF16)};
@@ -165,6 +168,7 @@ struct Case {
     float qscale = 2.0f;
     int heads_cap = 8;  // the stream kernel's query heads per CTA, at most (DECODE_ATTN_CUDA_HEADS_PER_CTA)
     int packed = 0;     // the tensor-core kernel: > 0 launches this many CTAs per head CTA over packed pairs
+    int batch_splits = 0;  // > 0 (packed only): the rule cuts by the batch's mean length (decode_params.h)
 };
 
 enum Kernel { STAGED = 0, STREAM = 1, MMA = 2 };
@@ -261,6 +265,23 @@ struct DeviceProblem {
     float *pacc, *pml;
 };
 
+// The floor on tiles per split the rule gives every sequence of the batch:
+// min_tiles, or (batch_splits > 0) the split length of the batch's mean
+// length, as decode.cu's batch_tiles_per_split computes it (a sequence whose
+// length or index range the kernels reject counts no tiles).
+static long long batch_min_tiles(const Problem& P) {
+    const Case& c = P.c;
+    if (c.batch_splits <= 0) return c.min_tiles;
+    long long tiles = 0;
+    for (int b = 0; b < P.B; ++b) {
+        const int kind = c.corrupt.empty() ? NONE : c.corrupt[b];
+        const bool rejected = kind == NEG_LEN || kind == TOO_LONG || (kind == BAD_INDPTR && c.layout == 1);
+        if (!rejected) tiles += (c.lens[b] + 15) / 16;
+    }
+    const long long mean = (tiles + P.B - 1) / P.B;
+    return host_split_rule(mean * 16, c.batch_splits, c.min_tiles).per;
+}
+
 static DecodeParams make_params(const Problem& P, DeviceProblem& D) {
     const Case& c = P.c;
     DecodeParams p;
@@ -285,6 +306,7 @@ static DecodeParams make_params(const Problem& P, DeviceProblem& D) {
     p.max_blocks_per_seq = P.mbps;
     p.num_splits = c.num_splits;
     p.min_tiles_per_split = c.min_tiles;
+    p.batch_splits = c.batch_splits;
     p.scale_log2 = (float)(1.0 / std::sqrt((double)c.d) * 1.4426950408889634);
     return p;
 }
@@ -337,14 +359,28 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
         // pairs in y, one split per CTA.
         const bool packed = P.c.packed > 0 && P.c.num_splits > 1;
         if (packed) q.splits_per_cta = 1;
-        const dim3 grid = packed        ? dim3(head_ctas, P.c.packed, 1)
+        // Cut by the batch (as lib.rs launches it): the `_batch` entry, one
+        // pair per CTA, num_seqs * (batch_splits + 1) of them.
+        const bool batch = packed && P.c.batch_splits > 0;
+        const dim3 grid = batch         ? dim3(head_ctas, P.B * (P.c.batch_splits + 1), 1)
+                          : packed      ? dim3(head_ctas, P.c.packed, 1)
                           : heads_first ? dim3(head_ctas, P.B, split_ctas)
                                         : dim3(P.B, head_ctas, split_ctas);
-        DA_LAUNCH_DYN(find_mma_kernel(P.c.dt, P.c.d, P.c.layout, P.c.bs, packed), grid, DECODE_THREADS,
-                      P.c.d > 128 ? MmaGeometry<256>::SMEM_BYTES : MmaGeometry<128>::SMEM_BYTES, s, q);
+        MmaKern main = find_mma_kernel(P.c.dt, P.c.d, P.c.layout, P.c.bs, packed);
+        if (batch)
+            for (auto& k : mma_kernels)
+                if (k.dt == P.c.dt && k.d == P.c.d) main = k.batch;
+        DA_LAUNCH_DYN(main, grid, DECODE_THREADS, P.c.d > 128 ? MmaGeometry<256>::SMEM_BYTES : MmaGeometry<128>::SMEM_BYTES,
+                      s, q);
         // The reducer gets the decode kernel's parameters, as the backend
         // passes them: splits_per_cta tells it which rows a CTA wrote itself.
-        if (P.c.num_splits > 1) DA_LAUNCH(reducer(sk, P.c.d, P.c.num_splits), dim3(P.B, P.hq), DECODE_REDUCE_THREADS, s, q);
+        if (P.c.num_splits > 1) {
+            Kern reduce = reducer(sk, P.c.d, P.c.num_splits);
+            if (packed && P.c.batch_splits > 0)
+                for (auto& k : mma_kernels)
+                    if (k.dt == P.c.dt && k.d == P.c.d) reduce = k.batch_reduce;
+            DA_LAUNCH(reduce, dim3(P.B, P.hq), DECODE_REDUCE_THREADS, s, q);
+        }
         return;
     }
     if (kernel == STREAM) {
@@ -418,7 +454,7 @@ static void check_one(const Case& c, const char* label, int kernel) {
         CK(cudaMemcpy(ml.data(), D.pml, ml.size() * 4, cudaMemcpyDeviceToHost));
         for (int b = 0; b < P.B; ++b) {
             if (!c.corrupt.empty() && c.corrupt[b] != NONE) continue;
-            unsigned active = (unsigned)host_split_rule(c.lens[b], c.num_splits, c.min_tiles).active;
+            unsigned active = (unsigned)host_split_rule(c.lens[b], c.num_splits, batch_min_tiles(P)).active;
             for (int h = 0; h < P.hq; ++h)
                 for (int j = 0; j < c.num_splits; ++j) {
                     unsigned m = ml[(((size_t)b * P.hq + h) * c.num_splits + j) * 2];
@@ -745,6 +781,26 @@ int main(int argc, char** argv) {
         std::vector<int> many(300);
         for (int i = 0; i < 300; ++i) many[i] = i % 7 == 0 ? 200 : i % 5;
         packed({BF16, 64, 1, 2, 0, 16, many, 4, 4, {}}, 100, "packed, 300 sequences");
+        // Cut by the batch: every sequence at the split length of the mean
+        // (188 tiles over 7 sequences: 27; 2 splits of it: 14 tiles), into at
+        // most num_splits splits (16: the 2000-token one gets 9; 4: it gets 4
+        // of 32 tiles), on the `_batch` entry (num_seqs * (batch_splits + 1)
+        // CTAs, one pair each); the reducer sums the batch's tiles too.
+        auto batch = [&](Case c, int batch_splits, const char* label) {
+            c.batch_splits = batch_splits;
+            packed(c, 1, label);
+        };
+        batch({BF16, 128, 2, 4, 0, 16, ragged, 16, 1, {}}, 2, "batch rule, 9 + 1 + 2 + 1 + 1 + 3 pairs");
+        batch({BF16, 128, 2, 4, 0, 16, ragged, 4, 1, {}}, 2, "batch rule, capped at 4 splits");
+        batch({F16, 128, 1, 8, 1, 16, ragged, 16, 8, {}}, 2, "batch rule, token indices, floor of 8 tiles");
+        batch({BF16, 64, 2, 4, 0, 32, {640, 640, 640, 640}, 8, 1, {}}, 4, "batch rule, equal lengths as planned");
+        batch({BF16, 128, 2, 4, 0, 16, {100, 200, 3000, 400, 50}, 16, 1, {NONE, NEG_LEN, NONE, TOO_LONG, NONE}}, 1,
+              "batch rule guards: rejected lengths count no tiles");
+        batch({BF16, 64, 1, 2, 0, 16, many, 32, 1, {}}, 1, "batch rule, 300 sequences");
+        // Most pairs the bound allows: one sequence of all the tiles, the
+        // others empty (mean 32 tiles of 8 sequences, 1 split of it: the
+        // long one gets 8 pairs, with 16 CTAs for 8 sequences).
+        batch({BF16, 128, 1, 4, 0, 16, {4096, 0, 0, 0, 0, 0, 0, 0}, 16, 1, {}}, 1, "batch rule, the pair bound");
     }
     // Guards: NaN for the bad sequence, the others untouched.
     for (int layout = 0; layout < 2; ++layout)

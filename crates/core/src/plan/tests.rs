@@ -511,10 +511,13 @@ fn auto_cuts_shorter_replays_apart_and_the_planned_lengths_as_before() {
                 let p = problem(heads, kv_heads, vec![seq_len; batch]);
                 let device = DeviceProps::gpu_like_for(132, &p);
                 let planned = plan(&p, Policy::Auto, &device).unwrap();
-                let plain = SplitRule::new(planned.rule.num_splits, 1);
+                // A batch rule (where the kernel cuts by the batch) cuts the
+                // planned lengths with its batch_splits.
+                let splits = if planned.rule.is_batch() { planned.rule.batch_splits } else { planned.rule.num_splits };
+                let plain = SplitRule::new(splits, 1);
                 assert_eq!(planned.rule.split(seq_len), plain.split(seq_len), "{planned}");
                 assert!(planned.rule.short_below_tiles <= seq_len.div_ceil(16), "{planned}");
-                if planned.rule != plain {
+                if (SplitRule { num_splits: splits, batch_splits: 0, ..planned.rule }) != plain {
                     assert!(planned.reason.contains("replay's sequences"), "{planned}");
                 }
             }
@@ -541,7 +544,8 @@ fn auto_cuts_shorter_replays_apart_and_the_planned_lengths_as_before() {
 
 #[test]
 fn short_sequences_take_the_short_split_count_below_the_threshold_only() {
-    let rule = SplitRule { num_splits: 32, min_tiles_per_split: 2, short_splits: 8, short_below_tiles: 100 };
+    let rule =
+        SplitRule { num_splits: 32, min_tiles_per_split: 2, short_splits: 8, short_below_tiles: 100, batch_splits: 0 };
     // 99 tiles: 8 splits of 13; 100 tiles: 32 splits of 4 (ceil(100 / 32)).
     assert_eq!((rule.split(99 * 16).active_splits, rule.split(99 * 16).tiles_per_split), (8, 13));
     assert_eq!((rule.split(100 * 16).active_splits, rule.split(100 * 16).tiles_per_split), (25, 4));
@@ -616,4 +620,58 @@ fn lone_splits_written_by_their_cta_carry_no_partial_state() {
     // Merging costs a dependent launch and a row per query head instead.
     let merged_us = estimate_us(&short, &merging, lone);
     assert!(merged_us - lone_us > h200().launch_overhead_us - wait, "{merged_us} against {lone_us}");
+}
+
+/// A batch rule at equal lengths cuts as the per-sequence rule with
+/// `batch_splits` splits (floors and short counts included), so a plan of
+/// equal lengths runs its planned lengths as before; at ragged lengths every
+/// sequence gets the split length of the mean, and the pairs stay within
+/// `num_seqs * (batch_splits + 1)`.
+#[test]
+fn a_batch_rule_cuts_equal_lengths_as_planned_and_ragged_ones_by_their_mean() {
+    proptest::proptest!(|(batch_splits in 1u32..40, floor in 1u32..64, short_splits in 0u32..8,
+                          short_below in 0u32..512, extra in 0u32..200, len in 0u32..70000,
+                          lens in proptest::collection::vec(0u32..70000, 1..64))| {
+        let per_seq = SplitRule { num_splits: batch_splits, min_tiles_per_split: floor, short_splits,
+                                  short_below_tiles: short_below, batch_splits: 0 };
+        let batch = SplitRule { num_splits: batch_splits + extra, batch_splits, ..per_seq };
+        let equal = vec![len; lens.len()];
+        proptest::prop_assert_eq!(batch.for_batch(&equal).split(len), per_seq.split(len));
+        proptest::prop_assert_eq!(batch.split(len), per_seq.split(len));
+        let cut = batch.for_batch(&lens);
+        let tiles: u64 = lens.iter().map(|&s| s.div_ceil(16) as u64).sum();
+        let mean = tiles.div_ceil(lens.len() as u64) as u32;
+        let pairs: u64 = lens.iter().map(|&s| cut.split(s).active_splits as u64).sum();
+        for &s in &lens {
+            let split = cut.split(s);
+            proptest::prop_assert!(split.tiles_per_split >= per_seq.split(mean * 16).tiles_per_split);
+            proptest::prop_assert!(split.active_splits <= batch.num_splits);
+        }
+        proptest::prop_assert!(pairs <= lens.len() as u64 * (batch_splits as u64 + 1), "{pairs} pairs");
+    });
+}
+
+/// `auto` cuts a GPU plan of equal lengths by the batch where the kernel can
+/// (`cuts_by_batch`) and one split per CTA: not at B = 1, not for ragged
+/// problems (planned for their own lengths), not with a split per warp.
+#[test]
+fn auto_cuts_plans_of_equal_lengths_by_the_batch_where_the_kernel_can() {
+    let gpu = DeviceProps { cuts_by_batch: true, ..h200() };
+    let graph = plan(&llama3_8b(64, 65536), Policy::Auto, &gpu).unwrap();
+    let per_seq = plan(&llama3_8b(64, 65536), Policy::Auto, &h200()).unwrap();
+    assert_eq!(graph.rule.batch_splits, per_seq.rule.num_splits.max(1), "{graph}");
+    assert_eq!(graph.rule.num_splits, BATCH_ROWS_PER_HEAD / 64, "{graph}");
+    assert_eq!(graph.per_seq, per_seq.per_seq, "{graph}");
+    assert_eq!((graph.grid, per_seq.grid), ([64, 8, 2], [64, 8, 1]), "{graph}");
+    assert!(graph.use_split && graph.workspace_bytes == 64 * 32 * 32 * (128 + 2) * 4, "{graph}");
+    // One long sequence among short ones, replayed: the long one is spread.
+    let mut lens = vec![512u32; 64];
+    lens[0] = 32768;
+    let cut = graph.rule.for_batch(&lens);
+    assert_eq!(cut.split(32768).active_splits, 32, "{cut:?}");
+    assert!(!plan(&llama3_8b(1, 65536), Policy::Auto, &gpu).unwrap().rule.is_batch());
+    assert!(!plan(&problem(32, 8, lens), Policy::Auto, &gpu).unwrap().rule.is_batch());
+    let warp_split = plan(&llama3_8b(8, 2048), Policy::Auto, &gpu).unwrap();
+    assert!(warp_split.splits_per_cta > 1 && !warp_split.rule.is_batch(), "{warp_split}");
+    assert!(!plan(&llama3_8b(64, 65536), Policy::Fixed { splits: 4 }, &gpu).unwrap().rule.is_batch());
 }
