@@ -386,20 +386,26 @@ DA_DEVICE SeqSplit batch_split_rule(const DecodeParams& p, int len, unsigned bat
 // The batch's split length, computed by every CTA that needs it from the
 // lengths it reads (so a captured graph replayed with other lengths cuts
 // them anew): every thread of the CTA calls it. The mean is the tiles of all
-// sequences (a bad one counts none), summed, over num_seqs, rounded up. The
-// sum is taken in two 16-bit halves, so float shuffles add each exactly
-// (below 2^24 with at most DECODE_PACK_MAX_SEQS sequences of < 2^27 tiles).
+// sequences (a bad one counts none), summed, over num_seqs, rounded up.
+// All in 32 bits, with no 64-bit division (a called subroutine, and
+// registers the reducer does not have): a thread's sum stays below 2^31
+// (at most DECODE_PACK_MAX_SEQS / THREADS <= 16 sequences of < 2^27 tiles),
+// and is added in two halves, high (>> 16) and low 16 bits, through float
+// shuffles (exact: each warp's sum < 2^24) and then as integers (each CTA
+// total < 2^24); the mean, below 2^27, is then
+// (high / n) * 2^16 + ceil(((high % n) * 2^16 + low) / n).
 template <int THREADS>
 DA_DEVICE unsigned batch_tiles_per_split(const DecodeParams& p) {
+    static_assert(DECODE_PACK_MAX_SEQS / THREADS <= 16, "a thread's sum of tiles stays below 2^31");
     constexpr int WARPS = THREADS / DA_WARP_SIZE;
     __shared__ float warp_low[WARPS], warp_high[WARPS];
-    unsigned long long mine = 0;
+    unsigned mine = 0;
 #pragma unroll 1
     for (int b = threadIdx.x; b < p.num_seqs; b += THREADS) {
         const SeqInfo s = seq_info(p, b);
         if (s.ok) mine += ((unsigned)s.len + DECODE_TILE_TOKENS - 1) / DECODE_TILE_TOKENS;
     }
-    float low = (float)(unsigned)(mine & 0xffffu), high = (float)(unsigned)(mine >> 16);
+    float low = (float)(mine & 0xffffu), high = (float)(mine >> 16);
 #pragma unroll
     for (int o = DA_WARP_SIZE / 2; o > 0; o >>= 1) {
         low += da_shfl_xor(low, o);
@@ -412,11 +418,16 @@ DA_DEVICE unsigned batch_tiles_per_split(const DecodeParams& p) {
         warp_high[warp] = high;
     }
     __syncthreads();
-    unsigned long long total = 0;
+    unsigned total_low = 0, total_high = 0;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) total += ((unsigned long long)warp_high[w] << 16) + (unsigned long long)warp_low[w];
-    const unsigned long long seqs = p.num_seqs > 0 ? (unsigned long long)p.num_seqs : 1ull;
-    return batch_rule_tiles_per_split(p, (unsigned)((total + seqs - 1) / seqs));
+    for (int w = 0; w < WARPS; ++w) {
+        total_low += (unsigned)warp_low[w];
+        total_high += (unsigned)warp_high[w];
+    }
+    const unsigned n = p.num_seqs > 0 ? (unsigned)p.num_seqs : 1u;
+    const unsigned rest = (total_high % n) * 65536u + total_low;  // < 2^27 + 2^24
+    const unsigned mean = (total_high / n) * 65536u + (rest + n - 1) / n;
+    return batch_rule_tiles_per_split(p, mean);
 }
 
 // ---------------------------------------------------------------------------

@@ -46,6 +46,7 @@
 #define DECODE_LAYOUT_BLOCK_TABLE 0
 #define DECODE_LAYOUT_TOKEN_INDICES 1
 #define DECODE_MAX_SPLITS 1024  // decode_attn_core::plan::MAX_SPLITS
+#define DECODE_PACK_MAX_SEQS 2048  // sequences a packed launch counts in every CTA (core's BATCH_MAX_SEQS)
 // Grid orders of the tensor-core and stream kernels (DecodeParams::grid_order):
 // (num_seqs, head CTAs, num_splits), or the head CTAs of one (sequence,
 // split) next to each other: (head CTAs, num_seqs, num_splits).

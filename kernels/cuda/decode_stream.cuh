@@ -133,7 +133,6 @@ struct CtaWork {
 // splits in order), so the numbering is the same in every CTA, and a graph
 // replayed with longer sequences than it was planned for (more pairs than
 // CTAs) still covers them all.
-#define DECODE_PACK_MAX_SEQS 2048
 
 // How a packed launch cuts a sequence of `len` tokens: by the plan's rule, or
 // by the batch (batch_splits > 0) at `batch_per_split` tiles
@@ -652,6 +651,11 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     static_assert(HEAD_DIM % 4 == 0, "rows are whole float4");
     __shared__ __align__(16) float lane_sum[SPLIT_LANES][HEAD_DIM];
     DA_STAMP(1, 0);
+    // BATCH (decode_stream_reduce_batch_*, launched for plans cut by the
+    // batch only): every CTA sums the batch's tiles as the decode CTAs did,
+    // first, while little else is live (the reducer has 64 registers).
+    unsigned batch_per_split = 0;
+    if constexpr (BATCH) batch_per_split = batch_tiles_per_split<THREADS>(p);
     const int b = blockIdx.x;
     const int head = blockIdx.y;
     const long long q_head = (long long)b * p.num_q_heads + head;
@@ -666,16 +670,8 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     // (No early return: with one, the compiler moved this CTA's setup below
     // the wait, onto the chain after the decode grid ends; s25 measured
     // every small split call 0.1 us slower.)
-    // BATCH (decode_stream_reduce_batch_*, plans cut by the batch): every
-    // CTA sums the batch's tiles as the decode CTAs did.
-    int active;
-    if constexpr (BATCH) {
-        active = p.batch_splits > 0
-                     ? (int)batch_split_rule(p, seq.len, batch_tiles_per_split<THREADS>(p)).active_splits
-                     : (int)split_rule(p, seq.len).active_splits;
-    } else {
-        active = (int)split_rule(p, seq.len).active_splits;
-    }
+    const int active = BATCH ? (int)batch_split_rule(p, seq.len, batch_per_split).active_splits
+                             : (int)split_rule(p, seq.len).active_splits;
     const bool merge = reducer_merges(p, active);
     const int rows = merge ? active : 0;
     const float4* acc = reinterpret_cast<const float4*>(p.partial_acc + q_head * p.num_splits * HEAD_DIM);
@@ -785,9 +781,12 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     }
 
 // The reducer of plans cut by the batch (the tensor-core kernel's packed
-// launches: f16 and bf16, head dims up to 128).
-#define DA_BATCH_REDUCE_ENTRY(T, TNAME, D)                                                                        \
-    extern "C" __global__ void __launch_bounds__(DECODE_REDUCE_THREADS) decode_stream_reduce_batch_##TNAME##_d##D( \
+// launches: f16 and bf16, head dims up to 128). Three CTAs per SM, not the
+// narrow reducer's four: in 64 registers its sum of the batch's tiles
+// spilled at head dims 96-120 (sm_90); it takes 80.
+#define DA_BATCH_REDUCE_ENTRY(T, TNAME, D)                                                                       \
+    extern "C" __global__ void __launch_bounds__(DECODE_REDUCE_THREADS, 3)                                       \
+        decode_stream_reduce_batch_##TNAME##_d##D(                                                               \
         const DecodeParams p) {                                                                                   \
         decode_stream_reduce_body<T, D, DECODE_REDUCE_ROWS_PER_LANE, true>(p);                                    \
     }

@@ -36,7 +36,7 @@ use crate::{AttentionShape, DecodeProblem, DeviceProps, Error, Result, TILE_TOKE
 pub const MAX_SPLITS: u32 = 1024;
 
 /// The most sequences a batch rule's kernel counts in each CTA (the CUDA
-/// packed launches: decode_stream.cuh, DECODE_PACK_MAX_SEQS).
+/// packed launches: decode_params.h, DECODE_PACK_MAX_SEQS).
 pub const BATCH_MAX_SEQS: usize = 2048;
 
 /// Partial rows per query head a batch rule reserves for the whole batch:

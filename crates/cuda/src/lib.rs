@@ -1088,7 +1088,7 @@ impl Launch {
     }
 }
 
-/// Sequences a packed launch counts in every CTA (decode_stream.cuh:
+/// Sequences a packed launch counts in every CTA (decode_params.h:
 /// DECODE_PACK_MAX_SEQS).
 const PACK_MAX_SEQS: usize = 2048;
 

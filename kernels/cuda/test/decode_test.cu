@@ -663,6 +663,61 @@ static double time_case(const Case& c, int reps, double* gbps) {
 
 #endif
 
+// The batch's split length as the kernels compute it (batch_tiles_per_split,
+// in 32 bits), written to p.out, for lengths whose tiles no KV buffer could
+// hold: sums past 2^16 tiles a thread and 2^32 tokens a batch.
+__global__ void batch_split_probe(const DecodeParams p) {
+    const unsigned per = batch_tiles_per_split<DECODE_THREADS>(p);
+    if (threadIdx.x == 0) *static_cast<unsigned*>(p.out) = per;
+}
+__global__ void __launch_bounds__(DECODE_REDUCE_THREADS) batch_split_probe_reducer(const DecodeParams p) {
+    const unsigned per = batch_tiles_per_split<DECODE_REDUCE_THREADS>(p);
+    if (threadIdx.x == 0) *static_cast<unsigned*>(p.out) = per;
+}
+
+static void check_batch_split_lengths() {
+    std::mt19937_64 lens_rng(29);
+    for (int trial = 0; trial < 8; ++trial) {
+        const int n = trial == 0 ? DECODE_PACK_MAX_SEQS : trial == 1 ? 1 : 1 + (int)(lens_rng() % DECODE_PACK_MAX_SEQS);
+        std::vector<int> lens(n);
+        for (int b = 0; b < n; ++b)
+            lens[b] = trial == 0 || trial == 1 ? 0x7fffffff : (int)(lens_rng() % 0x80000000ull) >> (trial % 3) * 8;
+        long long tiles = 0;
+        for (int l : lens) tiles += (l + 15ll) / 16;
+        const long long mean = (tiles + n - 1) / n;
+        const int batch_splits = 1 + trial, min_tiles = trial == 3 ? 1 << 20 : 1;
+        const long long want = host_split_rule(mean * 16, batch_splits, min_tiles).per;
+        int* d_lens = dalloc<int>(n);
+        unsigned* d_out = dalloc<unsigned>(1);
+        CK(cudaMemcpy(d_lens, lens.data(), n * 4, cudaMemcpyHostToDevice));
+        DecodeParams p;
+        memset(&p, 0, sizeof(p));
+        p.seq_lens = d_lens;
+        p.out = d_out;
+        p.num_seqs = n;
+        p.layout = DECODE_LAYOUT_BLOCK_TABLE;
+        p.block_size = 16;
+        p.max_blocks_per_seq = 1 << 27;  // every length fits its (never read) row
+        p.num_splits = 1024;
+        p.batch_splits = batch_splits;
+        p.min_tiles_per_split = min_tiles;
+        for (int reducer = 0; reducer < 2; ++reducer) {
+            if (reducer) DA_LAUNCH(batch_split_probe_reducer, dim3(1), DECODE_REDUCE_THREADS, 0, p);
+            else DA_LAUNCH(batch_split_probe, dim3(1), DECODE_THREADS, 0, p);
+            CK(cudaDeviceSynchronize());
+            unsigned got = 0;
+            CK(cudaMemcpy(&got, d_out, 4, cudaMemcpyDeviceToHost));
+            const bool ok = got == (unsigned long long)want;
+            ++cases_run;
+            failures += !ok;
+            printf("%s batch split length, %d sequences, %lld tiles, %s: %u (want %lld)\n", ok ? "ok  " : "FAIL", n,
+                   tiles, reducer ? "reducer" : "decode", got, want);
+        }
+        cudaFree(d_lens);
+        cudaFree(d_out);
+    }
+}
+
 int main(int argc, char** argv) {
     bool quick = argc > 1 && std::string(argv[1]) == "quick";
     force_wide_reduce = argc > 1 && std::string(argv[argc - 1]) == "wide";
@@ -675,6 +730,7 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    check_batch_split_lengths();
     const int dims[] = {64, 80, 96, 112, 120, 128, 192, 256};
 
     // Every (type, head dim): both layouts, unsplit and split, odd and even groups.
