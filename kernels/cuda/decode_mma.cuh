@@ -615,18 +615,18 @@ DA_DEVICE_CALLED void decode_mma_later_items(const DecodeParams& p, int item) {
 // packed pairs blockIdx.y, blockIdx.y + gridDim.y, ... (decode_stream.cuh,
 // packed_item): the first inline, as the plain grid's CTA, the rest (if the
 // lengths give more pairs than the launch has CTAs) through
-// decode_mma_later_items; or, ONE_PAIR (the `_batch` entry points, plans cut
+// decode_mma_later_items; or, BATCH (the `_batch` entry points, plans cut
 // by the batch), pair blockIdx.y alone: the host launches as many CTAs as
 // the batch rule can make pairs, num_seqs * (batch_splits + 1), so there is
 // no later pair, no call, and no copy of the parameters on a stack.
-template <typename T, int HEAD_DIM, bool POW2_BLOCKS, bool PACKED, bool ONE_PAIR = false>
+template <typename T, int HEAD_DIM, bool POW2_BLOCKS, bool PACKED, bool BATCH = false>
 DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     if constexpr (PACKED) {
         CtaWork work;
         int pairs = 0;
-        if (!cta_work<DECODE_MMA_HEADS, true>(p, work, blockIdx.y, &pairs)) return;
+        if (!cta_work<DECODE_MMA_HEADS, true, BATCH>(p, work, blockIdx.y, &pairs)) return;
         decode_mma_item<T, HEAD_DIM, POW2_BLOCKS>(p, work);
-        if constexpr (!ONE_PAIR) {
+        if constexpr (!BATCH) {
             const int next = blockIdx.y + gridDim.y;
             if (next < pairs) decode_mma_later_items<T, HEAD_DIM, POW2_BLOCKS>(p, next);
         }

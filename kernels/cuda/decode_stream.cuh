@@ -134,17 +134,21 @@ struct CtaWork {
 // replayed with longer sequences than it was planned for (more pairs than
 // CTAs) still covers them all.
 
-// How a packed launch cuts a sequence of `len` tokens: by the plan's rule, or
-// by the batch (batch_splits > 0) at `batch_per_split` tiles
-// (batch_tiles_per_split).
+// How a packed launch cuts a sequence of `len` tokens: by the plan's rule, or,
+// BATCH (the `_batch` entry points, plans cut by the batch), at
+// `batch_per_split` tiles (batch_tiles_per_split). A template parameter, not
+// a test of batch_splits: the `_packed` entry points keep their code.
+template <bool BATCH>
 DA_DEVICE SeqSplit packed_split_rule(const DecodeParams& p, int len, unsigned batch_per_split) {
-    return p.batch_splits > 0 ? batch_split_rule(p, len, batch_per_split) : split_rule(p, len);
+    if constexpr (BATCH) return batch_split_rule(p, len, batch_per_split);
+    else return split_rule(p, len);
 }
 
 // Pairs of sequence b: its active splits (none for a bad or empty sequence).
+template <bool BATCH>
 DA_DEVICE int packed_pairs_of(const DecodeParams& p, int b, unsigned batch_per_split) {
     const SeqInfo s = seq_info(p, b);
-    return s.ok ? (int)packed_split_rule(p, s.len, batch_per_split).active_splits : 0;
+    return s.ok ? (int)packed_split_rule<BATCH>(p, s.len, batch_per_split).active_splits : 0;
 }
 
 // The sequence and split of packed pair `item`, and the sequence's guards;
@@ -153,6 +157,7 @@ DA_DEVICE int packed_pairs_of(const DecodeParams& p, int b, unsigned batch_per_s
 // of the CTA calls it with the same item. Its loops are not unrolled: this
 // code runs once per CTA, and an unrolled count (16 sequences a thread) made
 // the entry point's code 3.5 times the plain one's, fetched by every SM.
+template <bool BATCH>
 DA_DEVICE bool packed_item(const DecodeParams& p, int item, unsigned batch_per_split, int& seq_out, int& split_out,
                            SeqInfo& info_out, int& total_out) {
     constexpr int WARPS = DECODE_THREADS / DA_WARP_SIZE;
@@ -161,7 +166,7 @@ DA_DEVICE bool packed_item(const DecodeParams& p, int item, unsigned batch_per_s
     __syncthreads();  // the previous item's readers of shared memory are done
     int mine = 0;
 #pragma unroll 1
-    for (int b = threadIdx.x; b < p.num_seqs; b += DECODE_THREADS) mine += packed_pairs_of(p, b, batch_per_split);
+    for (int b = threadIdx.x; b < p.num_seqs; b += DECODE_THREADS) mine += packed_pairs_of<BATCH>(p, b, batch_per_split);
     // Pairs before this thread's: a scan over the warp in floats (counts stay
     // below 2^24, exact), then the warps before it.
     const int lane = threadIdx.x % DA_WARP_SIZE, warp = threadIdx.x / DA_WARP_SIZE;
@@ -183,7 +188,7 @@ DA_DEVICE bool packed_item(const DecodeParams& p, int item, unsigned batch_per_s
     if (k >= 0 && k < mine) {
 #pragma unroll 1
         for (int b = threadIdx.x; b < p.num_seqs; b += DECODE_THREADS) {
-            const int pairs = packed_pairs_of(p, b, batch_per_split);  // read above: a cache hit
+            const int pairs = packed_pairs_of<BATCH>(p, b, batch_per_split);  // read above: a cache hit
             if (k < pairs) {
                 found_seq = b;
                 found_split = k;
@@ -209,8 +214,9 @@ DA_DEVICE bool packed_item(const DecodeParams& p, int item, unsigned batch_per_s
 // are consecutive: they read neighbouring bytes of the same blocks, and in
 // a grid of several waves that keeps them in the same wave. PACKED: heads
 // first always, and the pair is packed pair `item` (packed_item), false past
-// the last; `pairs` gets how many there are.
-template <int HEADS, bool PACKED = false>
+// the last; `pairs` gets how many there are. BATCH (with PACKED): the plan
+// is cut by the batch, whose split length every CTA computes first.
+template <int HEADS, bool PACKED = false, bool BATCH = false>
 DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w, int item = 0, int* pairs = nullptr) {
     DA_STAMP(0, 0);
     da_wait_for_producer();
@@ -224,9 +230,9 @@ DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w, int item = 0, int* pa
     const int splits_per_cta = p.splits_per_cta > 1 ? p.splits_per_cta : 1;
     unsigned batch_per_split = 0;
     if constexpr (PACKED) {
-        if (p.batch_splits > 0) batch_per_split = batch_tiles_per_split<DECODE_THREADS>(p);
+        if constexpr (BATCH) batch_per_split = batch_tiles_per_split<DECODE_THREADS>(p);
         int total = 0;
-        const bool found = packed_item(p, item, batch_per_split, w.b, w.split, w.seq, total);
+        const bool found = packed_item<BATCH>(p, item, batch_per_split, w.b, w.split, w.seq, total);
         if (pairs) *pairs = total;
         if (!found) return false;
     } else {
@@ -235,7 +241,7 @@ DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w, int item = 0, int* pa
         w.seq = seq_info(p, w.b);
     }
     const int len = w.seq.ok ? w.seq.len : 0;
-    const SeqSplit cut = PACKED ? packed_split_rule(p, len, batch_per_split) : split_rule(p, len);
+    const SeqSplit cut = PACKED ? packed_split_rule<BATCH>(p, len, batch_per_split) : split_rule(p, len);
     w.cut = cut;
     if (p.num_splits != 1) {
         // split >= active_splits, as a multiplication (split_rule).
