@@ -659,7 +659,7 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     DA_STAMP(1, 0);
     // BATCH (decode_stream_reduce_batch_*, launched for plans cut by the
     // batch only): every CTA sums the batch's tiles as the decode CTAs did,
-    // first, while little else is live (the reducer has 64 registers).
+    // first, while little else is live.
     unsigned batch_per_split = 0;
     if constexpr (BATCH) batch_per_split = batch_tiles_per_split<THREADS>(p);
     const int b = blockIdx.x;

@@ -220,6 +220,15 @@ impl SplitRule {
         SplitRule::new(self.num_splits, self.mean_tiles_per_split(mean_tiles as u32))
     }
 
+    /// The most (sequence, split) pairs a batch rule makes for `num_seqs`
+    /// sequences at any lengths, `num_seqs * (batch_splits + 1)`: each
+    /// sequence's count rounds its share of the batch's tiles up by less
+    /// than one, and the split length is at least the mean's over
+    /// `batch_splits` splits (the CUDA launch gives each its own CTA).
+    pub fn batch_pair_bound(&self, num_seqs: usize) -> u64 {
+        num_seqs as u64 * (self.batch_splits as u64 + 1)
+    }
+
     /// The split length a batch rule gives a batch of `mean_tiles` tiles on
     /// average: the per-sequence rule's, with `batch_splits` splits.
     pub fn mean_tiles_per_split(&self, mean_tiles: u32) -> u32 {
@@ -460,8 +469,9 @@ pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Re
         && (2..=BATCH_MAX_SEQS).contains(&problem.num_seqs());
     if by_batch {
         let cap = (BATCH_ROWS_PER_HEAD / num_seqs as u32).clamp(rule.num_splits, MAX_SPLITS);
-        if cap > 1 && num_seqs * (rule.num_splits as u64 + 1) <= BATCH_MAX_PAIRS {
-            rule = SplitRule { batch_splits: rule.num_splits, num_splits: cap, ..rule };
+        let batch = SplitRule { batch_splits: rule.num_splits, num_splits: cap, ..rule };
+        if cap > 1 && batch.batch_pair_bound(problem.num_seqs()) <= BATCH_MAX_PAIRS {
+            rule = batch;
             reason.push_str(&format!(
                 "; cut by the batch: a replay's sequences are all cut at the split length of its mean length, \
                  into at most {cap} splits each"

@@ -818,14 +818,15 @@ impl CudaBackend {
     /// covers them.
     /// A plan cut by the batch always launches packed, on its `_batch` entry
     /// point: one pair per CTA, and as many CTAs as the rule can make pairs
-    /// at any lengths, `num_seqs * (batch_splits + 1)` (`batch_pair_bound`).
+    /// at any lengths (`SplitRule::batch_pair_bound`).
     fn packed_pairs(&self, plan: &Plan, launch: &Launch) -> Option<u32> {
         let problem = &plan.problem;
         if !plan.use_split || launch.splits_per_cta > 1 || !self.may_pack(problem) {
             return None;
         }
         if plan.rule.is_batch() {
-            return u32::try_from(batch_pair_bound(plan)).ok().filter(|&ctas| ctas <= MAX_GRID_Y);
+            let ctas = plan.rule.batch_pair_bound(problem.num_seqs());
+            return u32::try_from(ctas).ok().filter(|&ctas| ctas <= MAX_GRID_Y);
         }
         let pairs: u64 = plan.per_seq.iter().map(|s| s.active_splits as u64).sum();
         let empty = problem.num_seqs() as u64 * plan.num_splits as u64 - pairs;
@@ -1094,15 +1095,6 @@ const PACK_MAX_SEQS: usize = 2048;
 
 /// The most CTAs a grid's y dimension takes.
 const MAX_GRID_Y: u32 = 65535;
-
-/// The most (sequence, split) pairs a plan cut by the batch makes at any
-/// lengths: each sequence's count rounds its share of the batch's tiles up
-/// by less than one, and the split length is at least the mean's over
-/// `batch_splits` splits, so the shares sum to at most `num_seqs *
-/// batch_splits` (core's `a_batch_rule_cuts_...` test checks the bound).
-fn batch_pair_bound(plan: &Plan) -> u64 {
-    plan.problem.num_seqs() as u64 * (plan.rule.batch_splits as u64 + 1)
-}
 
 /// Empty CTAs per active one from which a plan launches packed. Packed CTAs
 /// pay for their count (all the lengths read, a scan, two barriers) and, on

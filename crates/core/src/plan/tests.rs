@@ -648,6 +648,7 @@ fn a_batch_rule_cuts_equal_lengths_as_planned_and_ragged_ones_by_their_mean() {
             proptest::prop_assert!(split.active_splits <= batch.num_splits);
         }
         proptest::prop_assert!(pairs <= lens.len() as u64 * (batch_splits as u64 + 1), "{pairs} pairs");
+        proptest::prop_assert_eq!(batch.batch_pair_bound(lens.len()), lens.len() as u64 * (batch_splits as u64 + 1));
     });
 }
 
