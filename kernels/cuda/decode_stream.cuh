@@ -165,8 +165,15 @@ DA_DEVICE bool packed_item(const DecodeParams& p, int item, unsigned batch_per_s
     __shared__ int found_seq, found_split;
     __syncthreads();  // the previous item's readers of shared memory are done
     int mine = 0;
+    if constexpr (BATCH) {
+        for_each_own_seq<DECODE_THREADS>(p.num_seqs, [&](int b) {
+            mine += packed_pairs_of<BATCH>(p, b, batch_per_split);
+            return true;
+        });
+    } else {
 #pragma unroll 1
-    for (int b = threadIdx.x; b < p.num_seqs; b += DECODE_THREADS) mine += packed_pairs_of<BATCH>(p, b, batch_per_split);
+        for (int b = threadIdx.x; b < p.num_seqs; b += DECODE_THREADS) mine += packed_pairs_of<BATCH>(p, b, batch_per_split);
+    }
     // Pairs before this thread's: a scan over the warp in floats (counts stay
     // below 2^24, exact), then the warps before it.
     const int lane = threadIdx.x % DA_WARP_SIZE, warp = threadIdx.x / DA_WARP_SIZE;
@@ -186,15 +193,25 @@ DA_DEVICE bool packed_item(const DecodeParams& p, int item, unsigned batch_per_s
         total += warp_pairs[w];
     }
     if (k >= 0 && k < mine) {
-#pragma unroll 1
-        for (int b = threadIdx.x; b < p.num_seqs; b += DECODE_THREADS) {
-            const int pairs = packed_pairs_of<BATCH>(p, b, batch_per_split);  // read above: a cache hit
+        // Sequence b's pairs: read above, a cache hit. Returns whether the
+        // pair lies further on.
+        auto past = [&](int b) {
+            const int pairs = packed_pairs_of<BATCH>(p, b, batch_per_split);
             if (k < pairs) {
                 found_seq = b;
                 found_split = k;
-                break;
+                return false;
             }
             k -= pairs;
+            return true;
+        };
+        if constexpr (BATCH) {
+            for_each_own_seq<DECODE_THREADS>(p.num_seqs, past);
+        } else {
+#pragma unroll 1
+            for (int b = threadIdx.x; b < p.num_seqs; b += DECODE_THREADS) {
+                if (!past(b)) break;
+            }
         }
     }
     __syncthreads();
