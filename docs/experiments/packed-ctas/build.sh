@@ -1,6 +1,6 @@
 #!/bin/bash
 # Builds one `decode-attn` binary per experiment patch into .gpu/bin/
-# (decode-attn-e1 ... -e5). Run after ../shared/tools/gpu-stage (which
+# (decode-attn-e1 ... -e6). Run after ../shared/tools/gpu-stage (which
 # empties .gpu/), then copy run.sh next to them. One worktree of HEAD and
 # one target dir serve every patch in turn, so only the CUDA crate's
 # kernels and what depends on them are rebuilt between two: about 5

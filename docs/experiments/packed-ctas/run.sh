@@ -11,6 +11,7 @@
 #   e3      the plain grid, each CTA running the packed prologue first (205 registers)
 #   e4      packed, the lengths walked as the batch entry points walk them (s29)
 #   e5      e4 without later pairs (e2 + e4)
+#   e6      packed, every pair through one loop with the item inlined, e4's walk
 #   batch   s28's batch rule (DECODE_ATTN_CUDA_BATCH_RULE=auto), its walk as of s29
 # then ncu with source counters (per-SASS stall samples) at 70B B=64 s=4096.
 cd .gpu
@@ -33,6 +34,7 @@ for m in $MODELS; do
   run e3     bin/decode-attn-e3 DECODE_ATTN_CUDA_PACKED=off
   run e4     bin/decode-attn-e4 DECODE_ATTN_CUDA_PACKED=always
   run e5     bin/decode-attn-e5 DECODE_ATTN_CUDA_PACKED=always
+  run e6     bin/decode-attn-e6 DECODE_ATTN_CUDA_PACKED=always
   run batch  bin/decode-attn    DECODE_ATTN_CUDA_BATCH_RULE=auto
   run off2   bin/decode-attn    DECODE_ATTN_CUDA_PACKED=off
 done
