@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use decode_attn_core::shape::SUPPORTED_HEAD_DIMS;
 use decode_attn_core::synth::{relative_error, HostBatch};
-use decode_attn_core::{DType, DTypes, DecodeAttention, KvLayout, Policy};
+use decode_attn_core::{DType, DTypes, DecodeAttention, KvLayout, Plan, Policy};
 use decode_attn_cpu::reference::decode_reference;
 use decode_attn_cpu::CpuBackend;
 
@@ -22,6 +22,20 @@ fn check(backend: &CpuBackend, batch: &HostBatch, policy: Policy, what: &str) ->
     let tol = tolerance(batch.problem.dtypes);
     assert!(err <= tol, "{what} {policy}: relative error {err:e} > {tol:e}");
     out
+}
+
+/// Runs `plan` (made by hand, not from a policy as in `check`) on `batch`,
+/// checks the output against the reference (relative error at most 1e-2)
+/// and the rows of its empty sequences; returns the buffers, whose
+/// workspace a test may read next.
+fn check_plan(backend: &CpuBackend, batch: &HostBatch, plan: &Plan, what: &str) -> Buffers {
+    let mut buffers = Buffers::new(batch, plan);
+    buffers.decode(backend, plan, None).unwrap();
+    let out = buffers.out_f32(plan);
+    let err = relative_error(&out, &decode_reference(batch, batch.problem.shape.default_scale()));
+    assert!(err <= 1e-2, "{what}: relative error {err:e}");
+    assert_zero_rows(batch, &out, what);
+    buffers
 }
 
 /// Every (sequence, head) row of a length-0 sequence must be exactly zero.
@@ -318,12 +332,7 @@ fn short_split_counts_match_the_reference() {
         let batch = HostBatch::random(&problem(32, 8, 128, uniform(DType::Bf16), layout, &lens), 71);
         let mut plan = backend.plan(&batch.problem, Policy::Fixed { splits: 16 }).unwrap();
         plan.rule = SplitRule { short_splits: 3, short_below_tiles: 128, ..plan.rule };
-        let mut buffers = Buffers::new(&batch, &plan);
-        buffers.decode(&backend, &plan, None).unwrap();
-        let out = buffers.out_f32(&plan);
-        let err = relative_error(&out, &decode_reference(&batch, batch.problem.shape.default_scale()));
-        assert!(err <= 1e-2, "{layout}: relative error {err:e}");
-        assert_zero_rows(&batch, &out, &format!("{layout}"));
+        check_plan(&backend, &batch, &plan, &format!("{layout}"));
     }
 }
 
@@ -345,12 +354,7 @@ fn a_batch_rule_cuts_by_the_lengths_it_is_given() {
         assert!(plan.rule.is_batch(), "{plan}");
         let lens = [2048, 16, 17, 0, 33, 100, 16, 5, 16, 16, 16, 16, 16, 16, 16, 16];
         let batch = HostBatch::random(&planned, 72).at_lengths(&lens);
-        let mut buffers = Buffers::new(&batch, &plan);
-        buffers.decode(&backend, &plan, None).unwrap();
-        let out = buffers.out_f32(&plan);
-        let err = relative_error(&out, &decode_reference(&batch, batch.problem.shape.default_scale()));
-        assert!(err <= 1e-2, "{layout}: relative error {err:e}");
-        assert_zero_rows(&batch, &out, &format!("{layout}"));
+        let buffers = check_plan(&backend, &batch, &plan, &format!("{layout}"));
         // 151 tiles over 16 sequences: a mean of 10, so the 2048-token
         // sequence (128 tiles) is cut into 13 splits of 10 tiles, where the
         // per-sequence rule planned every sequence whole.
