@@ -3,7 +3,8 @@
 //
 // It supplies decode.cu's portable layer (DA_PORTABLE_LAYER) and the CUDA
 // builtins the kernels use, so that decode.cu compiles as plain C++. A CTA
-// runs as 128 cooperative fibers (ucontext) on one OS thread: __syncthreads
+// runs as 128 cooperative fibers on one OS thread (each started with
+// ucontext, switched with the compiler's setjmp builtins): __syncthreads
 // and warp shuffles are barriers that switch fibers, so barrier counts and
 // block-uniform control flow are checked (a barrier that not all live threads
 // reach is reported as a deadlock). cp.async is deferred the PTX way: a copy
@@ -89,7 +90,9 @@ constexpr int kMaxThreads = 256;
 constexpr size_t kStack = 256 * 1024;
 enum State { RUNNABLE, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
 struct Fiber {
-    ucontext_t ctx;
+    ucontext_t ctx;  // the fiber's first entry only
+    void* resume[5];  // every later one (__builtin_setjmp)
+    bool started;
     dim3 tid;
     State state;
     std::vector<char> stack;
@@ -106,6 +109,7 @@ struct Fiber {
 inline Fiber fibers[kMaxThreads];
 inline int cur = 0, nthreads = 0;
 inline ucontext_t sched;
+inline void* sched_resume[5];
 inline dim3 block_idx, grid_dim, block_dim;
 inline float shfl_buf[kMaxThreads];
 // The dynamic shared memory of a launch (see the top).
@@ -114,14 +118,29 @@ alignas(16) inline unsigned char dynamic_smem[kDynamicSharedBytes];
 inline void (*entry)(const void*) = nullptr;
 inline const void* entry_arg = nullptr;
 
+// Switches between fibers go through the compiler's __builtin_setjmp and
+// __builtin_longjmp, which save no signal mask: swapcontext makes two
+// system calls a switch, and a shuffle is two switches per lane. (glibc's
+// _longjmp would do too, but _FORTIFY_SOURCE, on by default in some
+// distributions' compilers, turns it into a check that aborts on a jump to
+// another stack.) Only a fiber's first entry uses swapcontext, onto the
+// stack makecontext set up.
+[[noreturn, gnu::noinline]] inline void jump_to(void** buf) { __builtin_longjmp(buf, 1); }
 inline void yield_as(State s) {
     fibers[cur].state = s;
-    swapcontext(&fibers[cur].ctx, &sched);
+    if (__builtin_setjmp(fibers[cur].resume) == 0) jump_to(sched_resume);
 }
 inline void trampoline() {
     entry(entry_arg);
     fibers[cur].state = DONE;
-    swapcontext(&fibers[cur].ctx, &sched);
+    jump_to(sched_resume);
+}
+inline void resume(int t) {
+    cur = t;
+    if (__builtin_setjmp(sched_resume) != 0) return;
+    if (fibers[t].started) jump_to(fibers[t].resume);
+    fibers[t].started = true;
+    swapcontext(&sched, &fibers[t].ctx);
 }
 // Runs one CTA of n threads of fn(arg) to completion.
 inline void run_block(void (*fn)(const void*), const void* arg, int n) {
@@ -139,6 +158,7 @@ inline void run_block(void (*fn)(const void*), const void* arg, int n) {
         makecontext(&f.ctx, trampoline, 0);
         f.tid = dim3(t, 0, 0);
         f.state = RUNNABLE;
+        f.started = false;
         f.pending.clear();  // copies a CTA never waited for are dropped
         f.committed = 0;
     }
@@ -146,8 +166,7 @@ inline void run_block(void (*fn)(const void*), const void* arg, int n) {
         bool ran = false;
         for (int t = 0; t < n; ++t)
             if (fibers[t].state == RUNNABLE) {
-                cur = t;
-                swapcontext(&sched, &fibers[t].ctx);
+                resume(t);
                 ran = true;
             }
         if (ran) continue;

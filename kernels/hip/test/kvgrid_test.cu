@@ -5,7 +5,8 @@
 //   g++ -std=c++17 -O1 -DDA_EMU_WAVE=32 -x c++ -I kernels/hip -I kernels/cuda kernels/hip/test/kvgrid_test.cu -o /tmp/kvgrid_emu32
 //   g++ -std=c++17 -O1 -DDA_EMU_WAVE=64 -x c++ -I kernels/hip -I kernels/cuda kernels/hip/test/kvgrid_test.cu -o /tmp/kvgrid_emu64
 //   g++ -std=c++17 -O1 -DDA_EMU_WAVE=64 -DKVG_NO_MFMA -x c++ -I kernels/hip -I kernels/cuda kernels/hip/test/kvgrid_test.cu -o /tmp/kvgrid_emu64g
-//   /tmp/kvgrid_emu32 && /tmp/kvgrid_emu64 && /tmp/kvgrid_emu64g   # a minute or two each; `quick` runs a subset
+//   /tmp/kvgrid_emu32 && /tmp/kvgrid_emu64 && /tmp/kvgrid_emu64g   # under a minute each; `quick` runs a subset
+// (`cargo test` runs all three: tests/tests/emulated_kernels.rs.)
 //
 // At wave 64 the f16 / bf16 kernels take the MFMA path (as on gfx90a /
 // gfx942), its instructions modelled by test/mfma_emu.h; at wave 32, and at

@@ -5,6 +5,7 @@
 //   g++ -std=c++17 -O1 -DDA_EMU_WAVE=32 -x c++ -I kernels/hip -I kernels/cuda kernels/hip/test/merge_test.cu -o /tmp/merge_emu32
 //   g++ -std=c++17 -O1 -DDA_EMU_WAVE=64 -x c++ -I kernels/hip -I kernels/cuda kernels/hip/test/merge_test.cu -o /tmp/merge_emu64
 //   /tmp/merge_emu32 && /tmp/merge_emu64      # seconds each
+// (`cargo test` runs both: tests/tests/emulated_kernels.rs.)
 //
 // Add -DMERGE_STATES_GRID_X=3 to make every launch of more than three
 // workgroups wrap into grid rows (blockIdx.y), as launches of more than
