@@ -86,19 +86,55 @@ fn number_before(stdout: &str, prefix: &str, word: &str) -> usize {
     digits.and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no number before `{word}` in `{line}`"))
 }
 
+/// `decode_test.cu` built once for the CUDA tests below (they run in
+/// parallel), or `None` without a compiler.
+fn decode_test() -> Option<&'static Path> {
+    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cxx = cxx_or_skip("cuda decode_test")?;
+            Some(build(&cxx, "decode_emu", "kernels/cuda/test/decode_test.cu", &["-DDA_EMULATE"]))
+        })
+        .as_deref()
+}
+
+/// Runs `decode_test` with `args` and checks that every case passed and
+/// that each of `kernels` ran some.
+fn check_decode(args: &[&str], kernels: &[&str]) {
+    let Some(exe) = decode_test() else { return };
+    let stdout = run(exe, args);
+    assert!(number_before(&stdout, "", " passed") > 0, "{args:?}: no case passed:\n{stdout}");
+    assert_eq!(number_before(&stdout, "", " failed"), 0, "{args:?}:\n{stdout}");
+    for kernel in kernels {
+        assert!(number_before(&stdout, kernel, " cases") > 0, "{args:?}: {kernel}none run:\n{stdout}");
+        assert_eq!(number_before(&stdout, kernel, " failed"), 0, "{args:?}:\n{stdout}");
+    }
+}
+
+/// Every case on the stream and tensor-core kernels (`quick`: no timing,
+/// there is no GPU to time).
 #[test]
 fn cuda_decode_kernels_match_the_reference_on_the_emulator() {
-    let Some(cxx) = cxx_or_skip("cuda decode_test") else { return };
-    let exe = build(&cxx, "decode_emu", "kernels/cuda/test/decode_test.cu", &["-DDA_EMULATE"]);
-    // `quick`: every case, no timing (there is no GPU to time).
-    let stdout = run(&exe, &["quick"]);
-    assert!(number_before(&stdout, "", " passed") > 0, "no case passed:\n{stdout}");
-    assert_eq!(number_before(&stdout, "", " failed"), 0, "{stdout}");
-    // The stream and tensor-core kernels each ran cases.
-    for kernel in ["stream kernel: ", "mma kernel: "] {
-        assert!(number_before(&stdout, kernel, " cases") > 0, "{kernel}none run:\n{stdout}");
-        assert_eq!(number_before(&stdout, kernel, " failed"), 0, "{stdout}");
-    }
+    check_decode(&["quick"], &["stream kernel: ", "mma kernel: "]);
+}
+
+/// The same cases with the wide reducer for every split case.
+#[test]
+fn cuda_wide_reducer_matches_the_reference_on_the_emulator() {
+    check_decode(&["quick", "wide"], &["stream kernel: ", "mma kernel: "]);
+}
+
+/// The tensor-core kernel with its grids heads first, as `auto` launches it
+/// past one wave.
+#[test]
+fn cuda_mma_kernel_heads_first_matches_the_reference_on_the_emulator() {
+    check_decode(&["mma", "heads"], &["mma kernel: "]);
+}
+
+/// The tensor-core kernel with a split per warp, as `auto` plans small batches.
+#[test]
+fn cuda_mma_kernel_warp_splits_match_the_reference_on_the_emulator() {
+    check_decode(&["mma", "warps"], &["mma kernel: "]);
 }
 
 #[test]
