@@ -92,6 +92,13 @@ fn number_before(stdout: &str, prefix: &str, word: &str) -> usize {
     digits.and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no number before `{word}` in `{line}`"))
 }
 
+/// Checks a summary line `{prefix}N cases, M failed...`: some cases ran and
+/// none failed.
+fn assert_cases_passed(stdout: &str, prefix: &str, what: &str) {
+    assert!(number_before(stdout, prefix, " cases") > 0, "{what}: no `{prefix}` case run:\n{stdout}");
+    assert_eq!(number_before(stdout, prefix, " failed"), 0, "{what}:\n{stdout}");
+}
+
 /// `decode_test.cu` built once for the CUDA tests below (they run in
 /// parallel), or `None` without a compiler.
 fn decode_test() -> Option<&'static Path> {
@@ -112,8 +119,7 @@ fn check_decode(args: &[&str], kernels: &[&str]) {
     assert!(number_before(&stdout, "", " passed") > 0, "{args:?}: no case passed:\n{stdout}");
     assert_eq!(number_before(&stdout, "", " failed"), 0, "{args:?}:\n{stdout}");
     for kernel in kernels {
-        assert!(number_before(&stdout, kernel, " cases") > 0, "{args:?}: {kernel}none run:\n{stdout}");
-        assert_eq!(number_before(&stdout, kernel, " failed"), 0, "{args:?}:\n{stdout}");
+        assert_cases_passed(&stdout, kernel, &format!("decode_test {args:?}"));
     }
 }
 
@@ -147,16 +153,15 @@ fn cuda_mma_kernel_warp_splits_match_the_reference_on_the_emulator() {
 fn hip_kvgrid_kernels_match_the_reference_on_the_emulator() {
     let Some(cxx) = cxx_or_skip("hip kvgrid_test") else { return };
     // 32- and 64-lane waves, the latter with and without the MFMA path.
-    for (name, defines) in [
-        ("kvgrid_emu32", &["-DDA_EMU_WAVE=32"][..]),
-        ("kvgrid_emu64", &["-DDA_EMU_WAVE=64"][..]),
-        ("kvgrid_emu64_generic", &["-DDA_EMU_WAVE=64", "-DKVG_NO_MFMA"][..]),
-    ] {
-        let exe = build(&cxx, name, "kernels/hip/test/kvgrid_test.cu", defines);
-        let stdout = run(&exe, &[]);
-        let wave = if name.contains("32") { "wave 32: " } else { "wave 64: " };
-        assert!(number_before(&stdout, wave, " cases") > 0, "{name}: no case run:\n{stdout}");
-        assert_eq!(number_before(&stdout, wave, " failed"), 0, "{name}:\n{stdout}");
+    for (wave, mfma) in [(32, true), (64, true), (64, false)] {
+        let name = format!("kvgrid_emu{wave}{}", if mfma { "" } else { "_generic" });
+        let wave_define = format!("-DDA_EMU_WAVE={wave}");
+        let mut defines = vec![wave_define.as_str()];
+        if !mfma {
+            defines.push("-DKVG_NO_MFMA");
+        }
+        let exe = build(&cxx, &name, "kernels/hip/test/kvgrid_test.cu", &defines);
+        assert_cases_passed(&run(&exe, &[]), &format!("wave {wave}: "), &name);
     }
 }
 
@@ -170,9 +175,6 @@ fn hip_merge_kernel_matches_the_reference_on_the_emulator() {
             "kernels/hip/test/merge_test.cu",
             &[&format!("-DDA_EMU_WAVE={wave}")],
         );
-        let stdout = run(&exe, &[]);
-        let prefix = format!("wave {wave}: ");
-        assert!(number_before(&stdout, &prefix, " cases") > 0, "merge wave {wave}: no case run:\n{stdout}");
-        assert_eq!(number_before(&stdout, &prefix, " failed"), 0, "merge wave {wave}:\n{stdout}");
+        assert_cases_passed(&run(&exe, &[]), &format!("wave {wave}: "), &format!("merge_emu{wave}"));
     }
 }
