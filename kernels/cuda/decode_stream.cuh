@@ -60,8 +60,16 @@ DA_DEVICE void da_wait_for_producer_after(int count, const void* address) {
         : "memory");
 #endif
 }
-// The launch's dynamic shared memory as a 16-byte aligned byte array `name`.
-#define DA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+// The launch's dynamic shared memory as a byte array `name`, 128-byte
+// aligned. It follows the entry point's static shared memory, and the rings'
+// swizzles are laid out from a 128-byte boundary (a row of the 32 banks).
+// Aligned to 16 bytes, the packed and batch entry points' 24-56 static bytes
+// put the tensor-core ring 32 or 64 bytes off one; at 32, 12 of the 16
+// cp.async copies of a tile took two shared-memory wavefronts instead of one,
+// and the same plan streamed 7-8% slower (ncu, s31; docs/PERFORMANCE.md).
+// The plain entry points have no static shared memory: their code is the
+// same either way.
+#define DA_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 #endif
 
 DA_DEVICE long long da_min_ll(long long a, long long b) { return a < b ? a : b; }
