@@ -18,8 +18,9 @@
 #   graph-*  ragged batches replayed in a graph planned for 65536 tokens,
 #            batch rule off against auto (s28: 1.6-4.2x faster on a few long
 #            among short, 5-29% slower on spread lengths)
-#   own-*    the same batches planned for themselves, packing off against
-#            auto (s27: only the 70B 32k among 63 of 512 packs)
+#   own-*    the same batches planned for themselves, packing off, auto
+#            (s27: only the 70B 32k among 63 of 512 packs) and always
+#            (whether a lower PACK_MIN_EMPTY_PER_ACTIVE would now pay)
 cd .gpu
 PART=${PART:-perf}
 R=$OUT/r-$PART; mkdir -p $R
@@ -44,7 +45,7 @@ perf)
       DECODE_ATTN_CUDA_BATCH_RULE=$rule bin/decode-attn bench --backend cuda --model $m --lens $LENS --plan-seq-len 65536 \
         --csv $R/graph-$rule-$m.csv > $R/graph-$rule-$m.txt 2>&1; step graph-$rule-$m $?
     done
-    for packing in off auto; do
+    for packing in off auto always; do
       DECODE_ATTN_CUDA_PACKED=$packing bin/decode-attn bench --backend cuda --model $m --lens $LENS \
         --csv $R/own-$packing-$m.csv > $R/own-$packing-$m.txt 2>&1; step own-$packing-$m $?
     done
