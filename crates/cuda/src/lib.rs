@@ -243,6 +243,14 @@ pub enum Packing {
     /// Every split plan of one split per CTA that the packed entry points
     /// take, however few of its grid's CTAs would be empty (for A/B timing).
     Always,
+    /// Plans as if empty CTAs cost nothing wherever the problem may launch
+    /// packed (`DeviceProps::empty_cta_us` 0), and packs every plan that
+    /// has an empty CTA. An experiment (`DECODE_ATTN_CUDA_PACKED=plan`):
+    /// s27 measured such plans slower on 9 of 12 ragged batches while packed
+    /// CTAs streamed 5-14% slower than plain ones, a cost s31 traced to
+    /// their ring's alignment. Warp-split plans never pack but are costed
+    /// the same way here.
+    Planned,
 }
 
 /// Whether `auto` may give each warp of a tensor-core CTA its own split
@@ -325,7 +333,7 @@ impl CudaOptions {
     /// `DECODE_ATTN_CUDA_KERNELS=auto|embedded|nvrtc`,
     /// `DECODE_ATTN_CUDA_KERNEL=auto|mma|stream|staged|kvgrid`, `DECODE_ATTN_CUDA_HEADS_PER_CTA=1|2|4|8`,
     /// `DECODE_ATTN_CUDA_PDL=off|reducer|all`, `DECODE_ATTN_CUDA_GRID=auto|seqs|heads`,
-    /// `DECODE_ATTN_CUDA_WARP_SPLITS=auto|off`, `DECODE_ATTN_CUDA_PACKED=auto|off|always`,
+    /// `DECODE_ATTN_CUDA_WARP_SPLITS=auto|off`, `DECODE_ATTN_CUDA_PACKED=auto|off|always|plan`,
     /// `DECODE_ATTN_CUDA_BATCH_RULE=off|auto`
     /// and the cache folder of [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
@@ -386,7 +394,7 @@ impl CudaOptions {
             BACKEND,
             "DECODE_ATTN_CUDA_PACKED",
             Packing::default(),
-            &[("auto", Packing::Auto), ("off", Packing::Off), ("always", Packing::Always)],
+            &[("auto", Packing::Auto), ("off", Packing::Off), ("always", Packing::Always), ("plan", Packing::Planned)],
         )?;
         let batch_rule = env::choice(
             BACKEND,
@@ -830,7 +838,11 @@ impl CudaBackend {
         }
         let pairs: u64 = plan.per_seq.iter().map(|s| s.active_splits as u64).sum();
         let empty = problem.num_seqs() as u64 * plan.num_splits as u64 - pairs;
-        let many_empty = self.packing == Packing::Always || empty >= PACK_MIN_EMPTY_PER_ACTIVE * pairs;
+        let many_empty = match self.packing {
+            Packing::Always => true,
+            Packing::Planned => empty > 0,
+            Packing::Auto | Packing::Off => empty >= PACK_MIN_EMPTY_PER_ACTIVE * pairs,
+        };
         let pairs = u32::try_from(pairs).ok()?;
         (pairs > 0 && many_empty).then_some(pairs)
     }
@@ -886,6 +898,11 @@ impl CudaBackend {
             splits_per_cta,
             reduce_wait_us,
             cuts_by_batch: self.batch_rule == BatchRule::Auto && self.may_pack(problem),
+            empty_cta_us: if self.packing == Packing::Planned && self.may_pack(problem) {
+                0.0
+            } else {
+                self.props.empty_cta_us
+            },
             ..self.props.clone()
         })
     }

@@ -613,7 +613,7 @@ fn packed_launches_match_the_plain_grid_and_the_reference() {
     let mut lens = vec![8000u32];
     lens.extend((0..95u32).map(|i| [100, 0, 1, 250, 249][i as usize % 5] + i % 7));
     let policy = "deterministic:256";
-    let options: Vec<_> = [Packing::Off, Packing::Auto]
+    let options: Vec<_> = [Packing::Off, Packing::Auto, Packing::Planned]
         .into_iter()
         .map(|packing| (packing, CudaOptions { packing, ..CudaOptions::default() }))
         .collect();
@@ -635,6 +635,15 @@ fn packed_launches_match_the_plain_grid_and_the_reference() {
     assert_eq!(packed.packed_pairs_of(&packed.plan(&even, policy.parse().unwrap()).unwrap()), None);
     let spread = problem(KvLayout::block_table(16), (0..32).map(|i| 250 * i + 1).collect());
     assert_eq!(packed.packed_pairs_of(&packed.plan(&spread, policy.parse().unwrap()).unwrap()), None);
+    // `plan` packs any plan with an empty CTA, and only those.
+    let planned =
+        CudaBackend::with_options(0, CudaOptions { packing: Packing::Planned, ..CudaOptions::default() }).unwrap();
+    let spread_plan = planned.plan(&spread, policy.parse().unwrap()).unwrap();
+    let spread_pairs: u32 = spread_plan.per_seq.iter().map(|s| s.active_splits).sum();
+    assert_eq!(planned.packed_pairs_of(&spread_plan), Some(spread_pairs), "{spread_plan}");
+    assert_eq!(planned.packed_pairs_of(&planned.plan(&even, policy.parse().unwrap()).unwrap()), None);
+    assert_eq!(planned.props_for(&spread).unwrap().empty_cta_us, 0.0);
+    assert!(packed.props_for(&spread).unwrap().empty_cta_us > 0.0);
 
     // The data and block table of longer sequences (every row's blocks
     // allocated), run at the ragged lengths the plan is for, then at the

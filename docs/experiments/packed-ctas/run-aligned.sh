@@ -20,7 +20,9 @@
 #            among short, 5-29% slower on spread lengths)
 #   own-*    the same batches planned for themselves, packing off, auto
 #            (s27: only the 70B 32k among 63 of 512 packs) and always
-#            (whether a lower PACK_MIN_EMPTY_PER_ACTIVE would now pay)
+#            (whether a lower PACK_MIN_EMPTY_PER_ACTIVE would now pay) and
+#            plan (planned as if empty CTAs cost nothing, every plan with
+#            one packed; s27's experiment, 9 of 12 slower before the fix)
 cd .gpu
 PART=${PART:-perf}
 R=$OUT/r-$PART; mkdir -p $R
@@ -45,7 +47,7 @@ perf)
       DECODE_ATTN_CUDA_BATCH_RULE=$rule bin/decode-attn bench --backend cuda --model $m --lens $LENS --plan-seq-len 65536 \
         --csv $R/graph-$rule-$m.csv > $R/graph-$rule-$m.txt 2>&1; step graph-$rule-$m $?
     done
-    for packing in off auto always; do
+    for packing in off auto always plan; do
       DECODE_ATTN_CUDA_PACKED=$packing bin/decode-attn bench --backend cuda --model $m --lens $LENS \
         --csv $R/own-$packing-$m.csv > $R/own-$packing-$m.txt 2>&1; step own-$packing-$m $?
     done
