@@ -1,7 +1,7 @@
 #!/bin/bash
 # Measures s31's change (dynamic shared memory 128-byte aligned) on the GPU,
 # two `device` calls from the repository root, each under the 10-minute limit:
-#   PART=perf   bash .gpu/run-aligned.sh   (about 5 minutes)
+#   PART=perf   bash .gpu/run-aligned.sh   (about 6 minutes)
 #   PART=checks bash .gpu/run-aligned.sh   (about 4 minutes)
 # Carry .gpu/bin/decode-attn (main, built by ../shared/tools/gpu-stage --bin
 # decode-attn -- -p decode-attn-cuda -p decode-attn-cli --release),
@@ -12,9 +12,14 @@
 # What to read (PART=perf), µs per call, same plans:
 #   eq-*     the issue's grid at B = 4, 16, 64: v30 off (the plain grid, as
 #            shipped), new off (must equal it: the plain code is unchanged),
-#            new always (packed launches: the prediction is "as fast as
-#            off"), v30 always (s31 call 2's 5-14% slower), new batch (the
-#            batch rule at the planned lengths; s28: 15-36% slower)
+#            new always (packed launches: predicted within their later
+#            pairs' cost of off, about 5% at 70B B=64 s=4096), v30 always
+#            (s31 call 2: 10-16% slower on long shapes), new batch (the
+#            batch rule at the planned lengths; s31 call 2: 16-31% slower)
+#            e2-aligned, e6-aligned (docs/experiments/packed-ctas/e2 and e6
+#            rebuilt on the aligned kernels: packed without later pairs,
+#            equal lengths only; every pair through one inlined loop),
+#            carried too if the call has room
 #   graph-*  ragged batches replayed in a graph planned for 65536 tokens,
 #            batch rule off against auto (s28: 1.6-4.2x faster on a few long
 #            among short, 5-29% slower on spread lengths)
@@ -39,8 +44,11 @@ perf)
                "new-always bin/decode-attn DECODE_ATTN_CUDA_PACKED=always" \
                "v30-always bin/decode-attn-v30 DECODE_ATTN_CUDA_PACKED=always" \
                "new-batch bin/decode-attn DECODE_ATTN_CUDA_BATCH_RULE=auto" \
+               "e2-aligned bin/decode-attn-e2-aligned DECODE_ATTN_CUDA_PACKED=always" \
+               "e6-aligned bin/decode-attn-e6-aligned DECODE_ATTN_CUDA_PACKED=always" \
                "new-off2 bin/decode-attn DECODE_ATTN_CUDA_PACKED=off"; do
       set -- $run
+      [ -x "$2" ] || { step "eq-$1-$m missing-$2" 0; continue; }
       env $3 $2 bench --backend cuda --model $m $GRID --csv $R/eq-$1-$m.csv > $R/eq-$1-$m.txt 2>&1; step eq-$1-$m $?
     done
     for rule in off auto; do
