@@ -23,6 +23,8 @@
 #   graph-*  ragged batches replayed in a graph planned for 65536 tokens,
 #            batch rule off against auto (s28: 1.6-4.2x faster on a few long
 #            among short, 5-29% slower on spread lengths)
+#   stream-* the stream kernel (DECODE_ATTN_CUDA_KERNEL=stream), 8B, v30
+#            against new: its rings moved to a 128-byte boundary too
 #   own-*    the same batches planned for themselves, packing off, auto
 #            (s27: only the 70B 32k among 63 of 512 packs) and always
 #            (whether a lower PACK_MIN_EMPTY_PER_ACTIVE would now pay) and
@@ -59,6 +61,13 @@ perf)
       DECODE_ATTN_CUDA_PACKED=$packing bin/decode-attn bench --backend cuda --model $m --lens $LENS \
         --csv $R/own-$packing-$m.csv > $R/own-$packing-$m.txt 2>&1; step own-$packing-$m $?
     done
+  done
+  # The stream kernel, whose rings at 1, 2 and 4 heads a CTA also moved to a
+  # 128-byte boundary (48, 96 and 64 bytes off before).
+  for b in v30 new; do
+    B=bin/decode-attn; [ $b = v30 ] && B=bin/decode-attn-v30
+    DECODE_ATTN_CUDA_KERNEL=stream $B bench --backend cuda --model llama3-8b $GRID \
+      --csv $R/stream-$b-llama3-8b.csv > $R/stream-$b-llama3-8b.txt 2>&1; step stream-$b $?
   done
   # The ring's copies: shared-memory wavefronts of the packed entry point.
   DECODE_ATTN_CUDA_PACKED=always timeout 60 ncu --section MemoryWorkloadAnalysis_Tables --section SpeedOfLight -k regex:decode_mma \
