@@ -61,6 +61,7 @@ perf)
       DECODE_ATTN_CUDA_PACKED=$packing bin/decode-attn bench --backend cuda --model $m --lens $LENS \
         --csv $R/own-$packing-$m.csv > $R/own-$packing-$m.txt 2>&1; step own-$packing-$m $?
     done
+    tar czf $OUT/r-$PART-so-far.tgz -C $OUT r-$PART  # in case the call runs out of time
   done
   # The stream kernel, whose rings at 1, 2 and 4 heads a CTA also moved to a
   # 128-byte boundary (48, 96 and 64 bytes off before).
@@ -83,4 +84,4 @@ checks)
   step memcheck-packed-batch $?
   ;;
 esac
-tar czf $OUT/r-$PART.tgz -C $OUT r-$PART && rm -rf $R
+tar czf $OUT/r-$PART.tgz -C $OUT r-$PART && rm -rf $R $OUT/r-$PART-so-far.tgz
