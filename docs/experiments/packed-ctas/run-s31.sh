@@ -2,14 +2,17 @@
 # s31's second GPU call (one call, about 5 minutes), from the repository root,
 # carrying .gpu/bin/decode-attn, -e3, -e5, -e6, -e7, -e8, -e9 and this script:
 #   bash .gpu/run-s31.sh
-# Part 1 splits e3 (the plain grid running the packed prologue, found 7-8%
-# slower on long shapes by s31's first call) into its pieces, each added to
+# Part 1 splits e3 (the plain grid running the packed prologue, found 8-9%
+# slower on long shapes by s31's call 2) into its pieces, each added to
 # the plain entry point alone:
 #   e7  32 bytes of static shared memory (volatile, thread 0)
 #   e8  two __syncthreads()
 #   e9  every length read and summed over the warp (no shared memory, no barrier)
 # on 70B at TP=8, then ncu's memory sections for each at B=64 s=4096.
-# Part 2 repeats s31 call 1's comparison on 8B (off, always, e3, e5, e6, batch).
+# Part 2 repeats s31 call 2's comparison on 8B (off, always, e3, e5, e6, batch).
+# Since 466ac83 the staged bin/decode-attn is the aligned build, while e3 and
+# e5-e9 were built before it (16-byte aligned dynamic shared memory): part 2's
+# always and batch rows are then the aligned kernels' and e3/e5/e6 the old.
 cd .gpu
 R=$OUT/r; mkdir -p $R
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $R/gpu.txt
