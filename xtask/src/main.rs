@@ -1,7 +1,8 @@
 //! Project automation, run as `cargo xtask <task>` (an alias in .cargo/config.toml).
 //!
 //! * `kernels`: compile every kernel for every target, failing on any error,
-//!   warning or register spill: kernels/cuda with nvcc, kernels/hip with
+//!   warning, register spill or (CUDA) dynamic shared memory aligned to less
+//!   than 128 bytes: kernels/cuda with nvcc, kernels/hip with
 //!   clang-19 for AMD and, as CUDA, with nvcc (the portable kernels the CUDA
 //!   backend can compile with NVRTC). Installs nvcc 13.0 from PyPI wheels
 //!   into `.tools/cuda` when no nvcc is found (no CUDA install or GPU needed).
@@ -310,6 +311,11 @@ fn file_name(file: &Path) -> String {
 /// compiled with no warning and no spill.
 fn nvcc_check(nvcc: &Path, file: &Path, as_cuda: bool, includes: &[&Path], out_dir: &Path) -> Result<bool> {
     fs::create_dir_all(out_dir).map_err(|err| format!("cannot create {}: {err}", out_dir.display()))?;
+    let stem = file.file_stem().and_then(OsStr::to_str).unwrap_or("kernel");
+    let keep = keep_dir(out_dir, stem);
+    // Fresh, so that no PTX of an earlier build is checked.
+    let _ = fs::remove_dir_all(&keep);
+    fs::create_dir_all(&keep).map_err(|err| format!("cannot create {}: {err}", keep.display()))?;
     let started = Instant::now();
     let (ok, log) = capture(&mut nvcc_command(nvcc, file, as_cuda, includes, out_dir))?;
     let entries = parse_ptxas(&log);
@@ -321,9 +327,29 @@ fn nvcc_check(nvcc: &Path, file: &Path, as_cuda: bool, includes: &[&Path], out_d
         })
         .collect();
     let warnings: Vec<&str> = log.lines().filter(|l| l.to_ascii_lowercase().contains("warning")).collect();
+    let mut misaligned = Vec::new();
+    let mut ptx_files = 0;
+    if ok {
+        for ptx in sources(&keep, &["ptx"])? {
+            ptx_files += 1;
+            let text = fs::read_to_string(&ptx).map_err(|err| format!("cannot read {}: {err}", ptx.display()))?;
+            misaligned.extend(misaligned_dynamic_shared(&text).into_iter().map(|(array, align)| {
+                format!(
+                    "{}: dynamic shared array {array} aligned to {align} bytes, under {DYNAMIC_SHARED_ALIGN} \
+                     (declare it with DA_DYNAMIC_SHARED)",
+                    file_name(&ptx)
+                )
+            }));
+        }
+        if ptx_files == 0 {
+            misaligned.push(format!("nvcc kept no PTX in {}: the alignment check had nothing to read", keep.display()));
+        }
+    }
+    // The intermediates (about 100 MB for decode.cu) are of no use once read.
+    let _ = fs::remove_dir_all(&keep);
     let name = if as_cuda { format!("{} (as CUDA)", file_name(file)) } else { file_name(file) };
     let seconds = started.elapsed().as_secs_f64();
-    if !ok || !spills.is_empty() || !warnings.is_empty() {
+    if !ok || !spills.is_empty() || !warnings.is_empty() || !misaligned.is_empty() {
         println!("{name}: FAILED after {seconds:.1} s");
         if !ok {
             // The compiler's own messages, without ptxas's per-function chatter.
@@ -331,7 +357,7 @@ fn nvcc_check(nvcc: &Path, file: &Path, as_cuda: bool, includes: &[&Path], out_d
                 println!("    {line}");
             }
         }
-        for line in warnings.iter().map(|w| w.to_string()).chain(spills) {
+        for line in warnings.iter().map(|w| w.to_string()).chain(spills).chain(misaligned) {
             println!("    {line}");
         }
         return Ok(false);
@@ -345,7 +371,7 @@ fn nvcc_check(nvcc: &Path, file: &Path, as_cuda: bool, includes: &[&Path], out_d
     let max_registers = entries.iter().map(|e| e.registers).max().unwrap_or(0);
     println!(
         "{name}: ok in {seconds:.1} s; {} entry functions x {} ({}), PTX compute_{}; max {max_registers} registers, \
-         no spills, no warnings",
+         no spills, no warnings, dynamic shared memory {DYNAMIC_SHARED_ALIGN}-byte aligned ({ptx_files} PTX)",
         entries.len() / archs.len().max(1),
         archs.len(),
         archs.join(", "),
@@ -378,8 +404,45 @@ fn nvcc_command(nvcc: &Path, file: &Path, as_cuda: bool, includes: &[&Path], out
     for dir in includes {
         cmd.arg(format!("-I{}", dir.display()));
     }
+    // The intermediate files, the PTX among them, for `misaligned_dynamic_shared`.
+    cmd.arg("-keep").arg("-keep-dir").arg(keep_dir(out_dir, stem));
     cmd.arg(file).arg("-o").arg(out_dir.join(format!("{stem}.fatbin")));
     cmd
+}
+
+/// Where [`nvcc_command`] keeps one file's intermediates.
+fn keep_dir(out_dir: &Path, stem: &str) -> PathBuf {
+    out_dir.join(format!("{stem}.keep"))
+}
+
+/// The smallest alignment the kernels' dynamic shared memory may have. The
+/// K/V rings live there and are filled by 16-byte `cp.async` copies of whole
+/// 128-byte lines: a ring 32 bytes off a 128-byte boundary took 8 shared
+/// memory wavefronts a warp where 4 do and streamed 7-9% slower
+/// (docs/PERFORMANCE.md, s31). A static `__shared__` variable declared beside
+/// it is what moved it, so every dynamic array declares the alignment
+/// (`DA_DYNAMIC_SHARED` in kernels/cuda/decode_stream.cuh) and this check
+/// keeps a new kernel from forgetting it.
+const DYNAMIC_SHARED_ALIGN: u32 = 128;
+
+/// Every `.extern .shared` array in `ptx` (dynamic shared memory) whose
+/// declared alignment is under [`DYNAMIC_SHARED_ALIGN`], as `(name, align)`;
+/// a declaration without `.align` counts as its element size's alignment.
+fn misaligned_dynamic_shared(ptx: &str) -> Vec<(String, u32)> {
+    ptx.lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with(".extern .shared"))
+        .filter_map(|line| {
+            let words: Vec<&str> = line.trim_end_matches(';').split_whitespace().collect();
+            let align = match words.iter().position(|w| *w == ".align") {
+                Some(i) => words.get(i + 1)?.parse().ok()?,
+                // `.b8` .. `.b64`, `.f32` ..: the element's own size.
+                None => words.iter().find_map(|w| w.get(2..)?.parse::<u32>().ok()).map_or(1, |bits| bits / 8),
+            };
+            let name = words.last()?.split('[').next()?.to_string();
+            (align < DYNAMIC_SHARED_ALIGN).then_some((name, align))
+        })
+        .collect()
 }
 
 /// HIP kernels (`kernels/hip/*.hip` or `*.cpp`), compiled device-only for each
@@ -718,10 +781,27 @@ auto picks cuda: NVIDIA H200 (132 multiprocessors)
         }
         let at = |s: &str| args.iter().position(|a| a == s).unwrap();
         assert_eq!(at("-Xptxas") + 1, at("-v"), "ptxas must report spills");
+        assert_eq!(args[at("-keep-dir") + 1], "/w/target/kernels/cuda-portable/merge_states.keep");
+        assert!(at("-keep") < at("-keep-dir"), "the PTX is kept for the alignment check");
         // decode.cu is CUDA by its extension: no -x, only its own folder.
         let native = nvcc_command(Path::new("nvcc"), &cuda.join("decode.cu"), false, &[&cuda], root);
         let args: Vec<String> = native.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert!(!args.iter().any(|a| a == "-x" || a == "-I/w/kernels/hip"), "{args:?}");
+    }
+
+    #[test]
+    fn finds_dynamic_shared_arrays_under_128_byte_alignment() {
+        let ptx = "\
+.version 9.0
+.extern .shared .align 128 .b8 mma_ring[];
+.extern .shared .align 16 .b8 stream_ring[];
+    .extern .shared .b32 words[];
+.extern .shared .align 256 .b8 wide[];
+.shared .align 4 .u32 _ZZ6kernelE5count;
+.global .align 1 .b8 table[16];
+";
+        assert_eq!(misaligned_dynamic_shared(ptx), [("stream_ring".to_string(), 16), ("words".to_string(), 4)]);
+        assert!(misaligned_dynamic_shared(".extern .shared .align 128 .b8 mma_ring[];\n").is_empty());
     }
 
     #[test]
