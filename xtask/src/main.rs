@@ -371,7 +371,7 @@ fn nvcc_check(nvcc: &Path, file: &Path, as_cuda: bool, includes: &[&Path], out_d
     let max_registers = entries.iter().map(|e| e.registers).max().unwrap_or(0);
     println!(
         "{name}: ok in {seconds:.1} s; {} entry functions x {} ({}), PTX compute_{}; max {max_registers} registers, \
-         no spills, no warnings, dynamic shared memory {DYNAMIC_SHARED_ALIGN}-byte aligned ({ptx_files} PTX)",
+         no spills, no warnings, no dynamic shared memory under {DYNAMIC_SHARED_ALIGN}-byte alignment ({ptx_files} PTX)",
         entries.len() / archs.len().max(1),
         archs.len(),
         archs.join(", "),
