@@ -6,7 +6,7 @@
 # Run on an idle machine, from the repository root.
 set -e
 D=docs/measurements/2026-12-05-s32-cpu-tile
-cargo build -q --release -p decode-attn-cpu --example tile_footprint
+cargo build -q --release -p decode-attn --example tile_footprint
 for i in 1 2 3; do taskset -c 1 target/release/examples/tile_footprint; done
 gcc -O3 -funroll-loops -mavx2 -mfma -o /tmp/s32-loops-pairs $D/loops_pairs.c
 taskset -c 1 /tmp/s32-loops-pairs

@@ -2,7 +2,7 @@
 //! (not a test):
 //!
 //! ```text
-//! cargo run --release -p decode-attn-cpu --example tile_footprint [-- [--heads Q/KV] [--threads N] [--seq-len S]]
+//! cargo run --release -p decode-attn --example tile_footprint [-- [--heads Q/KV] [--threads N] [--seq-len S]]
 //! ```
 //!
 //! One sequence of S tokens (default 16384; `--heads` default 8/1, Llama-3-70B
@@ -11,11 +11,10 @@
 //! MiB of K and V (for 8/1): in L1, L2, L3 or beyond. Printed: the best of
 //! three timings, and ns per tile of one KV head per thread. s32 found a 70B
 //! tile as slow in L1 as from L3 (docs/PERFORMANCE.md, "s32").
-use decode_attn_core::synth::{i32_bytes, HostBatch, HostIndex};
-use decode_attn_core::{
-    AttentionShape, DType, DTypes, DecodeArgs, DecodeAttention, DecodeProblem, KvIndexBuffers, KvLayout, Policy,
+use decode_attn::synth::{HostBatch, HostIndex};
+use decode_attn::{
+    AttentionShape, CpuBackend, DType, DTypes, DecodeAttention, DecodeProblem, DeviceBatch, KvLayout, Policy,
 };
-use decode_attn_cpu::{CpuBackend, CpuBuffer};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -39,49 +38,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         KvLayout::block_table(16),
         vec![s],
     )?;
-    let batch = HostBatch::random(&problem, 1);
-    let HostIndex::BlockTable { table, max_blocks_per_seq } = &batch.index else { unreachable!() };
-    let upload = |bytes: &[u8]| -> Result<CpuBuffer, decode_attn_core::Error> {
-        let mut buffer = backend.alloc(bytes.len())?;
-        backend.upload(&mut buffer, bytes)?;
-        Ok(buffer)
-    };
-    let q = upload(&batch.q)?;
-    let k = upload(&batch.k_cache)?;
-    let v = upload(&batch.v_cache)?;
-    let lens = upload(&i32_bytes(&batch.seq_lens))?;
+    let plan = backend.plan(&problem, Policy::Fixed { splits: 1 })?;
+    let mut batch = HostBatch::random(&problem, 1);
+    let HostIndex::BlockTable { table, .. } = &batch.index else { unreachable!() };
+    let table = table.clone();
     let block_bytes = 16 * num_kv_heads * 128 * 2 * 2;
     for distinct in [1usize, 2, 8, 32, 128, 1024] {
-        let reused: Vec<i32> = (0..table.len()).map(|i| table[i % distinct.min(table.len())]).collect();
-        let table_buf = upload(&i32_bytes(&reused))?;
-        let plan = backend.plan(&problem, Policy::Fixed { splits: 1 })?;
-        let mut workspace = backend.alloc(plan.workspace_bytes as usize)?;
-        let mut out = backend.alloc(problem.out_bytes())?;
+        if let HostIndex::BlockTable { table: reused, .. } = &mut batch.index {
+            *reused = (0..table.len()).map(|i| table[i % distinct.min(table.len())]).collect();
+        }
+        let mut device = DeviceBatch::upload(&backend, &batch, plan.workspace_bytes, 0xFF)?;
         let mut best = f64::MAX;
         for _ in 0..3 {
-            let us = backend.time_us(
-                &mut || {
-                    backend.decode(
-                        &plan,
-                        DecodeArgs {
-                            q: &q,
-                            k_cache: &k,
-                            v_cache: &v,
-                            seq_lens: &lens,
-                            kv_index: KvIndexBuffers::BlockTable {
-                                table: &table_buf,
-                                max_blocks_per_seq: *max_blocks_per_seq,
-                            },
-                            workspace: &mut workspace,
-                            out: &mut out,
-                            softmax_scale: None,
-                        },
-                    )
-                },
-                3,
-                10,
-            )?;
-            best = best.min(us);
+            best = best.min(backend.time_us(&mut || backend.decode(&plan, device.args()), 3, 10)?);
         }
         let tiles = (s as usize).div_ceil(16) * num_kv_heads;
         println!(
