@@ -152,39 +152,57 @@ DA_DEVICE SeqSplit packed_split_rule(const DecodeParams& p, int len, unsigned ba
     else return split_rule(p, len);
 }
 
-// Pairs of sequence b: its active splits (none for a bad or empty sequence).
+// Pairs of sequence b: its active splits (none for a bad or empty sequence),
+// with its guards and cut.
 template <bool BATCH>
-DA_DEVICE int packed_pairs_of(const DecodeParams& p, int b, unsigned batch_per_split) {
-    const SeqInfo s = seq_info(p, b);
-    return s.ok ? (int)packed_split_rule<BATCH>(p, s.len, batch_per_split).active_splits : 0;
+DA_DEVICE int packed_seq(const DecodeParams& p, int b, unsigned batch_per_split, SeqInfo& info, SeqSplit& cut) {
+    info = seq_info(p, b);
+    cut = packed_split_rule<BATCH>(p, info.ok ? info.len : 0, batch_per_split);
+    return info.ok ? (int)cut.active_splits : 0;
 }
 
-// The sequence and split of packed pair `item`, and the sequence's guards;
-// false past the last pair (bad and empty sequences have none: the reducer
-// writes their rows). `total_out`: how many pairs there are. Every thread
-// of the CTA calls it with the same item. Its loops are not unrolled: this
-// code runs once per CTA, and an unrolled count (16 sequences a thread) made
-// the entry point's code 3.5 times the plain one's, fetched by every SM.
+// The sequence and split of packed pair `item`, with the sequence's guards
+// and cut; false past the last pair (bad and empty sequences have none: the
+// reducer writes their rows). `total_out`: how many pairs there are. Every
+// thread of the CTA calls it with the same item. Its loops are not
+// unrolled: this code runs once per CTA, and an unrolled count (16
+// sequences a thread) made the entry point's code 3.5 times the plain
+// one's, fetched by every SM.
+//
+// This is the chain between a CTA's wait and its first block-table load,
+// which the plain grid does not have (s33: 0.9-1.5 us of a short call,
+// docs/PERFORMANCE.md). So each thread keeps its first sequence's guards and
+// cut (its only one where num_seqs <= DECODE_THREADS), and the thread that
+// owns the pair hands the CTA that sequence's guards and cut through shared
+// memory: no length is loaded, and no split rule divides, twice on the way.
+// The later sequences' loops count from DECODE_THREADS, not from the thread
+// index (see for_each_own_seq).
 template <bool BATCH>
 DA_DEVICE bool packed_item(const DecodeParams& p, int item, unsigned batch_per_split, int& seq_out, int& split_out,
-                           SeqInfo& info_out, int& total_out) {
+                           SeqInfo& info_out, SeqSplit& cut_out, int& total_out) {
     constexpr int WARPS = DECODE_THREADS / DA_WARP_SIZE;
     __shared__ int warp_pairs[WARPS];
     __shared__ int found_seq, found_split;
+    __shared__ SeqInfo found_info;
+    __shared__ SeqSplit found_cut;
     __syncthreads();  // the previous item's readers of shared memory are done
-    int mine = 0;
-    if constexpr (BATCH) {
-        for_each_own_seq<DECODE_THREADS>(p.num_seqs, [&](int b) {
-            mine += packed_pairs_of<BATCH>(p, b, batch_per_split);
-            return true;
-        });
-    } else {
+    const int t = threadIdx.x;
+    int mine = 0, first_pairs = 0;
+    SeqInfo first_info{};
+    SeqSplit first_cut{};
+    if (t < p.num_seqs) {
+        first_pairs = packed_seq<BATCH>(p, t, batch_per_split, first_info, first_cut);
+        mine = first_pairs;
 #pragma unroll 1
-        for (int b = threadIdx.x; b < p.num_seqs; b += DECODE_THREADS) mine += packed_pairs_of<BATCH>(p, b, batch_per_split);
+        for (int b = DECODE_THREADS; b + t < p.num_seqs; b += DECODE_THREADS) {
+            SeqInfo info;
+            SeqSplit cut;
+            mine += packed_seq<BATCH>(p, b + t, batch_per_split, info, cut);
+        }
     }
     // Pairs before this thread's: a scan over the warp in floats (counts stay
     // below 2^24, exact), then the warps before it.
-    const int lane = threadIdx.x % DA_WARP_SIZE, warp = threadIdx.x / DA_WARP_SIZE;
+    const int lane = t % DA_WARP_SIZE, warp = t / DA_WARP_SIZE;
     float inclusive = (float)mine, group = (float)mine;
 #pragma unroll
     for (int o = 1; o < DA_WARP_SIZE; o <<= 1) {
@@ -201,24 +219,28 @@ DA_DEVICE bool packed_item(const DecodeParams& p, int item, unsigned batch_per_s
         total += warp_pairs[w];
     }
     if (k >= 0 && k < mine) {
-        // Sequence b's pairs: read above, a cache hit. Returns whether the
-        // pair lies further on.
-        auto past = [&](int b) {
-            const int pairs = packed_pairs_of<BATCH>(p, b, batch_per_split);
-            if (k < pairs) {
-                found_seq = b;
-                found_split = k;
-                return false;
-            }
-            k -= pairs;
-            return true;
-        };
-        if constexpr (BATCH) {
-            for_each_own_seq<DECODE_THREADS>(p.num_seqs, past);
+        if (k < first_pairs) {
+            found_seq = t;
+            found_split = k;
+            found_info = first_info;
+            found_cut = first_cut;
         } else {
+            // A later sequence's (only where num_seqs > DECODE_THREADS):
+            // its length was read above, a cache hit.
+            k -= first_pairs;
 #pragma unroll 1
-            for (int b = threadIdx.x; b < p.num_seqs; b += DECODE_THREADS) {
-                if (!past(b)) break;
+            for (int b = DECODE_THREADS; b + t < p.num_seqs; b += DECODE_THREADS) {
+                SeqInfo info;
+                SeqSplit cut;
+                const int pairs = packed_seq<BATCH>(p, b + t, batch_per_split, info, cut);
+                if (k < pairs) {
+                    found_seq = b + t;
+                    found_split = k;
+                    found_info = info;
+                    found_cut = cut;
+                    break;
+                }
+                k -= pairs;
             }
         }
     }
@@ -227,7 +249,8 @@ DA_DEVICE bool packed_item(const DecodeParams& p, int item, unsigned batch_per_s
     if (item >= total) return false;
     seq_out = found_seq;
     split_out = found_split;
-    info_out = seq_info(p, found_seq);  // ok: a bad sequence has no pairs
+    info_out = found_info;  // ok: a bad sequence has no pairs
+    cut_out = found_cut;
     return true;
 }
 
@@ -257,7 +280,7 @@ DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w, int item = 0, int* pa
     if constexpr (PACKED) {
         if constexpr (BATCH) batch_per_split = batch_tiles_per_split<DECODE_THREADS>(p);
         int total = 0;
-        const bool found = packed_item<BATCH>(p, item, batch_per_split, w.b, w.split, w.seq, total);
+        const bool found = packed_item<BATCH>(p, item, batch_per_split, w.b, w.split, w.seq, w.cut, total);
         if (pairs) *pairs = total;
         if (!found) return false;
     } else {
@@ -266,7 +289,7 @@ DA_DEVICE bool cta_work(const DecodeParams& p, CtaWork& w, int item = 0, int* pa
         w.seq = seq_info(p, w.b);
     }
     const int len = w.seq.ok ? w.seq.len : 0;
-    const SeqSplit cut = PACKED ? packed_split_rule<BATCH>(p, len, batch_per_split) : split_rule(p, len);
+    const SeqSplit cut = PACKED ? w.cut : split_rule(p, len);
     w.cut = cut;
     if (p.num_splits != 1) {
         // split >= active_splits, as a multiplication (split_rule).
