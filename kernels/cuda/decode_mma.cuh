@@ -643,6 +643,11 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
 // grid (head CTAs, pairs, 1), head dims up to 128 (at 256 the loop spills);
 // decode_mma_*_batch: one packed pair per CTA, for plans cut by the batch;
 // other block sizes and head dims launch the plain grid.
+// `_packed` takes its parameters __grid_constant__: it passes them by
+// reference to decode_mma_later_items, a called function, and a kernel
+// parameter whose address escapes is otherwise copied to a 152-byte stack,
+// from which every loop then read fields (local loads: 5 a tile in the
+// first pair's loop, 26 in the called one's; sm_90, nvcc 13.0, s33).
 #define DA_MMA_ENTRY(T, TNAME, D)                                                                         \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \
         decode_mma_##TNAME##_d##D(const DecodeParams p) {                                                    \
@@ -654,7 +659,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     }
 #define DA_MMA_PACKED_ENTRY(T, TNAME, D)                                                                  \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \
-        decode_mma_##TNAME##_d##D##_packed(const DecodeParams p) {                                           \
+        decode_mma_##TNAME##_d##D##_packed(const __grid_constant__ DecodeParams p) {                         \
         decode_mma_body<T, D, true, true>(p);                                                             \
     }                                                                                                     \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \

@@ -45,6 +45,7 @@
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
+#define __grid_constant__
 
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;
