@@ -17,7 +17,7 @@ timeout 90 $GPU_TEST --test-threads 1 packed_launches batch_rule > $R/gpu-tests-
 timeout 90 compute-sanitizer --tool memcheck $GPU_TEST --test-threads 1 packed_launches batch_rule > $R/memcheck.log 2>&1; step memcheck $?
 tail -2 $R/memcheck.log
 LENS=32768x1+512x63,65536x1+1024x15,spread:64:128-8192,spread:16:256-32768,spread:256:64-4096,16384x4+256x60
-for m in llama3-70b-tp8 llama3-8b; do
+for m in ${MODELS:-llama3-70b-tp8 llama3-8b}; do
   if [ $m = llama3-8b ]; then GRID="--batch 4,16 --seq-len 1024,4096"; else GRID="--batch 4,16,64 --seq-len 1024,4096,16384"; fi
   for run in "base-off bin/decode-attn-base DECODE_ATTN_CUDA_PACKED=off" \
              "base-always bin/decode-attn-base DECODE_ATTN_CUDA_PACKED=always" \
