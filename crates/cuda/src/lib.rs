@@ -247,9 +247,10 @@ pub enum Packing {
     /// packed (`DeviceProps::empty_cta_us` 0), and packs every plan that
     /// has an empty CTA. An experiment (`DECODE_ATTN_CUDA_PACKED=plan`):
     /// s27 measured such plans slower on 9 of 12 ragged batches while packed
-    /// CTAs streamed 5-14% slower than plain ones, a cost s31 traced to
-    /// their ring's alignment. Warp-split plans never pack but are costed
-    /// the same way here.
+    /// CTAs streamed 5-14% slower than plain ones (their ring's alignment,
+    /// s31, and a stack copy of their parameters, s33; both since removed),
+    /// and s33, between the two fixes, on all 6 it timed. Warp-split plans
+    /// never pack but are costed the same way here.
     Planned,
 }
 
@@ -1114,11 +1115,14 @@ const PACK_MAX_SEQS: usize = 2048;
 const MAX_GRID_Y: u32 = 65535;
 
 /// Empty CTAs per active one from which a plan launches packed. Packed CTAs
-/// pay for their count (all the lengths read, a scan, two barriers) and, on
-/// grids of several waves, streamed slower than the plain grid's on the
-/// same plans (s27 call 3, H200, same split lengths: 29% and 17% faster
-/// packed at 31 and 20 empty CTAs per active one, 6.5% faster and 7%
-/// slower at 10 and 7, 9-12% slower below 1). `auto` plans as for the
+/// pay for their count (all the lengths read, a scan, two barriers: 0.65-0.8
+/// µs a short call, s33) and, until s33, streamed 3-14% slower than the
+/// plain grid's on the same plans (a misaligned ring, then a stack copy of
+/// the parameters). Fitted then (s27 call 3, H200, same split lengths: 29%
+/// and 17% faster packed at 31 and 20 empty CTAs per active one, 6.5%
+/// faster and 7% slower at 10 and 7, 9-12% slower below 1), so likely too
+/// high now that long plans stream within about 1% of the plain grid's
+/// (docs/PERFORMANCE.md, s33); not refitted yet. `auto` plans as for the
 /// plain grid.
 const PACK_MIN_EMPTY_PER_ACTIVE: u64 = 16;
 
