@@ -373,6 +373,16 @@ pub struct Plan {
     pub reason: String,
 }
 
+impl Plan {
+    /// The (sequence, split) pairs with tokens to read: every sequence's
+    /// active splits. Of the grid's `num_seqs * num_splits`, the rest are
+    /// empty CTAs a plain launch still starts (one long sequence among short
+    /// ones leaves most of them empty; a backend may launch only these).
+    pub fn active_pairs(&self) -> u64 {
+        self.per_seq.iter().map(|s| s.active_splits as u64).sum()
+    }
+}
+
 /// Plans `problem` under `policy` for a device with `device`'s properties.
 pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Result<Plan> {
     problem.validate()?;
@@ -909,6 +919,17 @@ impl fmt::Display for Plan {
             self.active_splits,
             self.num_splits
         )?;
+        let grid_pairs = p.num_seqs() as u64 * self.num_splits as u64;
+        let pairs = self.active_pairs();
+        if self.num_splits > 1 && self.per_seq.len() == p.num_seqs() && pairs > 0 && pairs < grid_pairs {
+            writeln!(
+                f,
+                "active      {pairs} of the {} x {} (sequence, split) pairs; {:.1} empty per active one",
+                p.num_seqs(),
+                self.num_splits,
+                (grid_pairs - pairs) as f64 / pairs as f64
+            )?;
+        }
         if let Some(last) = self.active_splits.checked_sub(1) {
             let split = self.rule.split(longest);
             let (a, b) = split.token_range(0);

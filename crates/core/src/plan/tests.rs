@@ -396,6 +396,26 @@ fn auto_cuts_a_ragged_batch_in_chunks() {
 }
 
 #[test]
+fn a_ragged_plan_says_how_many_of_its_pairs_are_active() {
+    let plan = plan_of(problem(32, 8, ragged(&[(32768, 1), (512, 63)])), &h200());
+    let long = plan.per_seq[0].active_splits as u64;
+    assert_eq!(plan.active_pairs(), long + 63, "{plan}");
+    let empty = 64 * plan.num_splits as u64 - (long + 63);
+    let line = format!(
+        "active      {} of the 64 x {} (sequence, split) pairs; {:.1} empty per active one",
+        long + 63,
+        plan.num_splits,
+        empty as f64 / (long + 63) as f64
+    );
+    assert!(plan.to_string().lines().any(|l| l == line), "no line {line:?} in\n{plan}");
+    // Equal lengths: every pair active, no such line.
+    let even = plan_of(problem(32, 8, vec![32768; 4]), &h200());
+    assert!(even.num_splits > 1, "{even}");
+    assert_eq!(even.active_pairs(), 4 * even.num_splits as u64, "{even}");
+    assert!(!even.to_string().lines().any(|l| l.starts_with("active")), "{even}");
+}
+
+#[test]
 fn ragged_chunks_are_near_the_h200_sweep_best() {
     // Split lengths (tokens) that were fastest on the H200 among 512, 1024,
     // 2048, 4096 and 8192, and the ones within 5% of it
