@@ -280,6 +280,9 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
             partly_checked |= row.checked < row.shape.batch();
             let line = format_row(&backend, &row);
             progress.suspend(|| outln!("{line}"));
+            if let Some(note) = sparse_grid_note(&row) {
+                progress.suspend(|| outln!("{note}"));
+            }
             if let Some(file) = csv.as_mut() {
                 write_csv_row(file, &mode_prefix, &row)?;
             }
@@ -454,6 +457,25 @@ fn bench_shape(
         emit(Row { shape, policy, plan, us, tbs, pct_copy: 100.0 * tbs * 1e3 / copy_gbps, relerr, checked })?;
     }
     Ok(())
+}
+
+/// For a ragged batch whose split plan leaves (sequence, split) pairs empty:
+/// how many are active and how many empty CTAs a plain grid would start per
+/// active one, the figure a packed launch is chosen by (`cuda`'s `Packing`).
+fn sparse_grid_note(row: &Row<'_>) -> Option<String> {
+    let plan = row.plan;
+    let num_seqs = plan.problem.num_seqs() as u64;
+    let grid_pairs = num_seqs * plan.num_splits as u64;
+    let pairs = plan.active_pairs();
+    let sparse = row.shape.ragged.is_some() && plan.num_splits > 1 && pairs > 0 && pairs < grid_pairs;
+    sparse.then(|| {
+        format!(
+            "#   {}: {pairs} of the {num_seqs} x {} (sequence, split) pairs active; {:.1} empty per active one",
+            row.policy,
+            plan.num_splits,
+            (grid_pairs - pairs) as f64 / pairs as f64
+        )
+    })
 }
 
 fn format_row(backend: &Backend, row: &Row<'_>) -> String {

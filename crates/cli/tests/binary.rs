@@ -117,6 +117,28 @@ fn bench_cold_times_behind_the_evictor_and_labels_its_rows() {
     assert!(us > 0.0 && us.is_finite(), "{rows}");
 }
 
+/// `bench --lens` with a split plan that leaves most (sequence, split) pairs
+/// empty says how many are active under its row; a batch of equal lengths,
+/// every pair active, gets no such line.
+#[test]
+fn bench_says_how_sparse_a_ragged_batchs_split_grid_is() {
+    let output = Command::new(BINARY)
+        .args(["bench", "--backend", "cpu", "--model", "llama3-70b-tp8", "--lens", "4096x1+64x15,1024x4"])
+        .args(["--policy", "fixed:8"])
+        .output()
+        .expect("run decode-attn bench --lens");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "bench failed:\n{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    // 4096 tokens in 8 splits of 32 tiles; each 64-token sequence's 4 tiles
+    // in splits of 1 tile: 8 + 15 * 4 = 68 of the 16 x 8 pairs.
+    let notes: Vec<&str> = stdout.lines().filter(|l| l.starts_with("#   fixed:8: ")).collect();
+    assert_eq!(
+        notes,
+        ["#   fixed:8: 68 of the 16 x 8 (sequence, split) pairs active; 0.9 empty per active one"],
+        "{stdout}"
+    );
+}
+
 /// `bench --plan-seq-len` on the CPU: planned for long sequences, run (and
 /// checked against the reference) at shorter ones, labelled in the CSV; a
 /// plan length shorter than a shape is refused before anything runs.
