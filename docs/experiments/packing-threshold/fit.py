@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Joins run.sh's `off` and `always` runs per ragged batch: the empty CTAs
 per active pair of the batch's plan (bench's note under the row) against
-always's time over off's. Usage: fit.py DIR (the unpacked pt-MODEL)."""
+always's time over off's. Usage: fit.py DIR (the unpacked pt-MODEL-kKS)."""
 import re
 import sys
 
