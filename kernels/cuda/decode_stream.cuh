@@ -170,7 +170,7 @@ DA_DEVICE int packed_seq(const DecodeParams& p, int b, unsigned batch_per_split,
 // one's, fetched by every SM.
 //
 // This is the chain between a CTA's wait and its first block-table load,
-// which the plain grid does not have (s33: 0.9-1.5 us of a short call,
+// which the plain grid does not have (s33: 0.9-1.9 us of a short call,
 // docs/PERFORMANCE.md). So each thread keeps its first sequence's guards and
 // cut (its only one where num_seqs <= DECODE_THREADS), and the thread that
 // owns the pair hands the CTA that sequence's guards and cut through shared

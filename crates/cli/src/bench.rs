@@ -463,19 +463,15 @@ fn bench_shape(
 /// how many are active and how many empty CTAs a plain grid would start per
 /// active one, the figure a packed launch is chosen by (`cuda`'s `Packing`).
 fn sparse_grid_note(row: &Row<'_>) -> Option<String> {
-    let plan = row.plan;
-    let num_seqs = plan.problem.num_seqs() as u64;
-    let grid_pairs = num_seqs * plan.num_splits as u64;
-    let pairs = plan.active_pairs();
-    let sparse = row.shape.ragged.is_some() && plan.num_splits > 1 && pairs > 0 && pairs < grid_pairs;
-    sparse.then(|| {
-        format!(
-            "#   {}: {pairs} of the {num_seqs} x {} (sequence, split) pairs active; {:.1} empty per active one",
-            row.policy,
-            plan.num_splits,
-            (grid_pairs - pairs) as f64 / pairs as f64
-        )
-    })
+    let pairs = row.plan.sparse_pairs().filter(|_| row.shape.ragged.is_some())?;
+    Some(format!(
+        "#   {}: {} of the {} x {} (sequence, split) pairs active; {:.1} empty per active one",
+        row.policy,
+        pairs.active,
+        pairs.num_seqs,
+        pairs.num_splits,
+        pairs.empty_per_active()
+    ))
 }
 
 fn format_row(backend: &Backend, row: &Row<'_>) -> String {

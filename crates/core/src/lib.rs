@@ -35,7 +35,7 @@ pub use backend::{
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use layout::{map_to_kernel_blocks, KvLayout};
-pub use plan::{plan, KernelKind, Plan, Policy, PolicyDetail, SeqSplit, SplitRule};
+pub use plan::{plan, KernelKind, Plan, Policy, PolicyDetail, SeqSplit, SparsePairs, SplitRule};
 pub use shape::{AttentionShape, DTypes, DecodeProblem};
 
 /// Tokens per split-granularity tile. Split boundaries always fall on a

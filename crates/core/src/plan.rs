@@ -381,6 +381,33 @@ impl Plan {
     pub fn active_pairs(&self) -> u64 {
         self.per_seq.iter().map(|s| s.active_splits as u64).sum()
     }
+
+    /// For a split plan that leaves some of its grid's (sequence, split)
+    /// pairs empty, how many are active of how many; `None` where every pair
+    /// is active (or none is).
+    pub fn sparse_pairs(&self) -> Option<SparsePairs> {
+        let num_seqs = self.problem.num_seqs() as u64;
+        let grid_pairs = num_seqs * self.num_splits as u64;
+        let active = self.active_pairs();
+        let sparse = self.num_splits > 1 && self.per_seq.len() as u64 == num_seqs && active > 0 && active < grid_pairs;
+        sparse.then_some(SparsePairs { active, num_seqs, num_splits: self.num_splits })
+    }
+}
+
+/// [`Plan::sparse_pairs`]: `active` of the `num_seqs x num_splits` pairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SparsePairs {
+    pub active: u64,
+    pub num_seqs: u64,
+    pub num_splits: u32,
+}
+
+impl SparsePairs {
+    /// Empty CTAs a plain grid starts per active pair (what the CUDA
+    /// backend's packing rule compares).
+    pub fn empty_per_active(&self) -> f64 {
+        (self.num_seqs * self.num_splits as u64 - self.active) as f64 / self.active as f64
+    }
 }
 
 /// Plans `problem` under `policy` for a device with `device`'s properties.
@@ -919,15 +946,14 @@ impl fmt::Display for Plan {
             self.active_splits,
             self.num_splits
         )?;
-        let grid_pairs = p.num_seqs() as u64 * self.num_splits as u64;
-        let pairs = self.active_pairs();
-        if self.num_splits > 1 && self.per_seq.len() == p.num_seqs() && pairs > 0 && pairs < grid_pairs {
+        if let Some(pairs) = self.sparse_pairs() {
             writeln!(
                 f,
-                "active      {pairs} of the {} x {} (sequence, split) pairs; {:.1} empty per active one",
-                p.num_seqs(),
-                self.num_splits,
-                (grid_pairs - pairs) as f64 / pairs as f64
+                "active      {} of the {} x {} (sequence, split) pairs; {:.1} empty per active one",
+                pairs.active,
+                pairs.num_seqs,
+                pairs.num_splits,
+                pairs.empty_per_active()
             )?;
         }
         if let Some(last) = self.active_splits.checked_sub(1) {

@@ -837,7 +837,7 @@ impl CudaBackend {
             let ctas = plan.rule.batch_pair_bound(problem.num_seqs());
             return u32::try_from(ctas).ok().filter(|&ctas| ctas <= MAX_GRID_Y);
         }
-        let pairs: u64 = plan.per_seq.iter().map(|s| s.active_splits as u64).sum();
+        let pairs = plan.active_pairs();
         let empty = problem.num_seqs() as u64 * plan.num_splits as u64 - pairs;
         let many_empty = match self.packing {
             Packing::Always => true,
