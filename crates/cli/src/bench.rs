@@ -98,7 +98,8 @@ pub struct BenchArgs {
     /// KV layout: block:16 (vLLM's), tokens:1 (SGLang's), block:K/A.
     #[arg(long, default_value = "block:16", value_parser = parse_layout)]
     layout: KvLayout,
-    /// Also write rows to this CSV (model,B,s,peer,mode,us,tbs,pct_copy,relerr), as compare.py reads them.
+    /// Also write rows to this CSV (model,B,s,peer,mode,us,tbs,pct_copy,relerr,splits,lens), as compare.py
+    /// reads them; `lens` is a ragged batch's label (empty for a uniform one), so rows sharing B and s differ.
     #[arg(long)]
     csv: Option<PathBuf>,
 
@@ -208,7 +209,7 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
         Some(path) => {
             let mut file =
                 BufWriter::new(File::create(path).map_err(|err| format!("cannot create {}: {err}", path.display()))?);
-            writeln!(file, "model,B,s,peer,mode,us,tbs,pct_copy,relerr")?;
+            writeln!(file, "{CSV_HEADER}")?;
             Some(file)
         }
         None => None,
@@ -491,10 +492,14 @@ fn format_row(backend: &Backend, row: &Row<'_>) -> String {
     )
 }
 
+/// The peers' nine columns first (compare.py joins on them), then two of
+/// ours that they lack: the plan's split count and a ragged batch's label.
+const CSV_HEADER: &str = "model,B,s,peer,mode,us,tbs,pct_copy,relerr,splits,lens";
+
 fn write_csv_row(file: &mut impl Write, mode_prefix: &str, row: &Row<'_>) -> CliResult<()> {
     writeln!(
         file,
-        "{},{},{},decode-attn,{}/{},{:.2},{:.3},{:.1},{}",
+        "{},{},{},decode-attn,{}/{},{:.2},{:.3},{:.1},{},{},{}",
         row.shape.model.name,
         row.shape.batch(),
         row.shape.seq_len(),
@@ -503,7 +508,9 @@ fn write_csv_row(file: &mut impl Write, mode_prefix: &str, row: &Row<'_>) -> Cli
         row.us,
         row.tbs,
         row.pct_copy,
-        python_exp(row.relerr)
+        python_exp(row.relerr),
+        row.plan.num_splits,
+        row.shape.ragged.as_deref().unwrap_or("")
     )?;
     file.flush()?;
     Ok(())

@@ -119,12 +119,15 @@ fn bench_cold_times_behind_the_evictor_and_labels_its_rows() {
 
 /// `bench --lens` with a split plan that leaves most (sequence, split) pairs
 /// empty says how many are active under its row; a batch of equal lengths,
-/// every pair active, gets no such line.
+/// every pair active, gets no such line. The CSV names each batch and its
+/// split count, so that rows sharing B and s can be told apart.
 #[test]
 fn bench_says_how_sparse_a_ragged_batchs_split_grid_is() {
+    let csv = std::env::temp_dir().join(format!("decode-attn-ragged-{}.csv", std::process::id()));
     let output = Command::new(BINARY)
         .args(["bench", "--backend", "cpu", "--model", "llama3-70b-tp8", "--lens", "4096x1+64x15,1024x4"])
-        .args(["--policy", "fixed:8"])
+        .args(["--policy", "fixed:8", "--csv"])
+        .arg(&csv)
         .output()
         .expect("run decode-attn bench --lens");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -137,6 +140,12 @@ fn bench_says_how_sparse_a_ragged_batchs_split_grid_is() {
         ["#   fixed:8: 68 of the 16 x 8 (sequence, split) pairs active; 0.9 empty per active one"],
         "{stdout}"
     );
+    let rows = std::fs::read_to_string(&csv).expect("the CSV was written");
+    let _ = std::fs::remove_file(&csv);
+    let lines: Vec<&str> = rows.lines().collect();
+    assert_eq!(lines.first(), Some(&"model,B,s,peer,mode,us,tbs,pct_copy,relerr,splits,lens"), "{rows}");
+    let tails: Vec<Vec<&str>> = lines[1..].iter().map(|l| l.split(',').skip(9).collect()).collect();
+    assert_eq!(tails, [["8", "4096x1+64x15"], ["8", "1024x4"]], "{rows}");
 }
 
 /// `bench --plan-seq-len` on the CPU: planned for long sequences, run (and
