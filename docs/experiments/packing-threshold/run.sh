@@ -26,7 +26,7 @@ LENS=${LENS#,}
 t0=$(date +%s)
 for packing in off always off; do
   tag=$packing; [ -e $R/$packing.txt ] && tag=$packing-again
-  DECODE_ATTN_CUDA_PACKED=$packing timeout 190 bin/decode-attn bench --backend cuda --model $MODEL --lens $LENS \
+  DECODE_ATTN_CUDA_PACKED=$packing timeout ${BENCH_TIMEOUT:-190} bin/decode-attn bench --backend cuda --model $MODEL --lens $LENS \
     > $R/$tag.txt 2>&1
   echo "$tag rc=$? t=$(( $(date +%s) - t0 ))" | tee -a $R/progress.txt
   tar czf $R.tgz -C $OUT $(basename $R)
