@@ -234,7 +234,7 @@ pub enum BatchRule {
 /// The outputs are the plain grid's, bit for bit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Packing {
-    /// Where the plain grid would have at least 16 empty CTAs per active
+    /// Where the plain grid would have at least 8 empty CTAs per active
     /// one (`PACK_MIN_EMPTY_PER_ACTIVE`).
     #[default]
     Auto,
@@ -1116,15 +1116,17 @@ const MAX_GRID_Y: u32 = 65535;
 
 /// Empty CTAs per active one from which a plan launches packed. Packed CTAs
 /// pay for their count (all the lengths read, a scan, two barriers: 0.65-0.8
-/// µs a short call, s33) and, until s33, streamed 3-14% slower than the
-/// plain grid's on the same plans (a misaligned ring, then a stack copy of
-/// the parameters). Fitted then (s27 call 3, H200, same split lengths: 29%
-/// and 17% faster packed at 31 and 20 empty CTAs per active one, 6.5%
-/// faster and 7% slower at 10 and 7, 9-12% slower below 1), so likely too
-/// high now that long plans stream within about 1% of the plain grid's
-/// (docs/PERFORMANCE.md, s33); not refitted yet. `auto` plans as for the
-/// plain grid.
-const PACK_MIN_EMPTY_PER_ACTIVE: u64 = 16;
+/// µs a short call, s33), and the 16 that s27 fitted was set while they
+/// also streamed 3-14% slower than the plain grid's (a misaligned ring, then
+/// a stack copy of the parameters, both gone in s33). Refitted in s34 on an
+/// H100, 70B at TP=8, 48 ragged batches each planned for itself
+/// (`docs/experiments/packing-threshold/`): packed was 1.02-1.18x slower
+/// at 2.3 empty per active one and below, 0.61-0.98x from 3.7 up except three
+/// batches at 1.008-1.013x. 8B was not rerun; in s27, with the slower packed
+/// stream, its packed launches were 3.5% slower at 7 and 7% faster at 9.
+/// So 8, where both models' data agree; 4 would gain another 1.3% (geometric
+/// mean) on the 70B set. `auto` plans as for the plain grid.
+const PACK_MIN_EMPTY_PER_ACTIVE: u64 = 8;
 
 /// Whether the tensor-core kernel takes `problem`: it has an instantiation
 /// for its element type and head dim, and a CTA of it fits the device's
