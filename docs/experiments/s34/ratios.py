@@ -1,4 +1,4 @@
-"""Reads run-timing.sh's CSVs (DIR/eq-RUN-MODEL.csv) and prints, per model
+"""Reads run-call2.sh's CSVs (DIR/eq-RUN-MODEL.csv) and prints, per model
 and shape, each run's microseconds over the mean of main-off and
 main-off-again, with the drift between those two. Usage: ratios.py DIR"""
 import csv, glob, os, sys
