@@ -16,6 +16,9 @@
 //   DAP_WAVE                      lanes per wavefront (compile-time constant)
 //   dap_tid(), dap_bid_x/y/z()    thread index in the block, block indices
 //   dap_barrier()                 __syncthreads (workgroup barrier + LDS fences)
+//   dap_wave_sync()               __syncwarp: orders the wavefront's LDS accesses
+//                                 (shuffles do not; compute-sanitizer's racecheck
+//                                 counts the difference)
 //   dap_uniform(v)                v, which the caller knows is the same in the whole wavefront
 //   dap_xor_exchange<N>(v, o, m)  o[i] = v[i] of lane (lane ^ m), m < DAP_WAVE
 //   dap_xor_sum/max<LO, HI, N>    butterfly over masks LO, 2 LO, ..., < HI
@@ -52,6 +55,7 @@ inline int dap_bid_x() { return (int)blockIdx.x; }
 inline int dap_bid_y() { return (int)blockIdx.y; }
 inline int dap_bid_z() { return (int)blockIdx.z; }
 inline void dap_barrier() { __syncthreads(); }
+inline void dap_wave_sync() { emu::yield_as(emu::AT_WARP_BARRIER); }
 inline int dap_uniform(int v) { return v; }
 inline float dap_u2f(unsigned u) { return __uint_as_float(u); }
 inline unsigned dap_f2u(float f) { return __float_as_uint(f); }
@@ -132,6 +136,9 @@ DA_DEVICE void dap_barrier() {
     __builtin_amdgcn_s_barrier();
     __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
 }
+// A wavefront runs in lockstep on gfx9; this keeps the compiler from moving
+// LDS accesses across the point.
+DA_DEVICE void dap_wave_sync() { __builtin_amdgcn_wave_barrier(); }
 // A value the same in every lane, as the compiler cannot prove (scalar registers, uniform branches).
 DA_DEVICE int dap_uniform(int v) { return __builtin_amdgcn_readfirstlane(v); }
 DA_DEVICE float dap_u2f(unsigned u) { return __builtin_bit_cast(float, u); }
@@ -220,6 +227,7 @@ DA_DEVICE int dap_bid_x() { return (int)blockIdx.x; }
 DA_DEVICE int dap_bid_y() { return (int)blockIdx.y; }
 DA_DEVICE int dap_bid_z() { return (int)blockIdx.z; }
 DA_DEVICE void dap_barrier() { __syncthreads(); }
+DA_DEVICE void dap_wave_sync() { __syncwarp(); }
 DA_DEVICE int dap_uniform(int v) { return v; }
 DA_DEVICE float dap_u2f(unsigned u) { return __uint_as_float(u); }
 DA_DEVICE unsigned dap_f2u(float f) { return __float_as_uint(f); }

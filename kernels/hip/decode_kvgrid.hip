@@ -50,11 +50,7 @@
 //      token's byte offset.
 //   2. Softmax: wavefront w owns heads w, w + waves, ...: chunk max, new
 //      running max m, rescale alpha = 2^(m_old - m), p = 2^(s - m) in place,
-//      l = l alpha + sum p. One (m, l) per head for the whole workgroup,
-//      in its wavefront's registers (every lane alike) until the end, when
-//      lane 0 stores it for the output threads: a running state in LDS that
-//      lane 0 rewrote after the other lanes had read it was ordered only by
-//      the warp's shuffles, a hazard to compute-sanitizer's racecheck.
+//      l = l alpha + sum p. One (m, l) per head for the whole workgroup.
 //   3. PV: thread (token group tg, head group hg, 16-byte dim chunk c) owns
 //      HPL heads (hg, hg + HG, ...) x one dim chunk in f32 registers (at most
 //      32 floats), and adds p * v over tokens tg, tg + TG, ... (V loaded with
@@ -62,8 +58,7 @@
 //      the same instruction).
 // At the end the TG token groups are summed by a tree through LDS (no
 // rescale: m is workgroup-wide) and token group 0 writes the outputs.
-// Three barriers per chunk; a head's softmax state in one wavefront's
-// registers; no spills.
+// Three barriers per chunk, no per-wave softmax state, no spills.
 //
 // Guards as decode_params.h: a bad length or index range reads nothing; a slot
 // outside the pool is never read (its K and V count as zeros) and turns the
@@ -451,7 +446,11 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, const KvgWork& w, int kvh, int
 #pragma unroll
         for (int e = 0; e < EPC; ++e) sm.q[h * D + c * EPC + e] = f[e] * p.scale_log2;
     }
-    if (tid < GQA) sm.alpha[tid] = 0.f;  // masked heads (past nheads) keep 0; sm.m and sm.l come at the end
+    if (tid < GQA) {
+        sm.m[tid] = dap_neg_inf();
+        sm.l[tid] = 0.f;
+        sm.alpha[tid] = 0.f;
+    }
     if (tid == 0) sm.bad = w.ok ? 0 : 1;
     dap_barrier();
 
@@ -489,13 +488,6 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, const KvgWork& w, int kvh, int
     const char* k_base = reinterpret_cast<const char*>(p.k_cache) + (long long)kvh * D * G::EB;
     const char* v_base = reinterpret_cast<const char*>(p.v_cache) + (long long)kvh * D * G::EB;
     const int* index = w.index;
-    // The running (max, sum) of this wavefront's softmax heads wave + j NW.
-    float run_m[G::HPW], run_l[G::HPW];
-#pragma unroll
-    for (int j = 0; j < G::HPW; ++j) {
-        run_m[j] = dap_neg_inf();
-        run_l[j] = 0.f;
-    }
 
     for (long long c0 = start; c0 < end; c0 += C) {
         const int n = (int)dap_min_ll(C, end - c0);  // tokens of this chunk
@@ -560,7 +552,7 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, const KvgWork& w, int kvh, int
             for (int j = 0; j < G::HPW; ++j) {
                 const int h = wave + j * G::NW;
                 float v = dap_neg_inf();
-                if (h < nheads)  // masked heads (past g): no state, alpha 0
+                if (h < nheads)  // masked heads (past g) keep m = -inf, l = 0, alpha = 0
                     for (int t = lane; t < n; t += G::WAVE) v = dap_fmax(v, sm.u[h * C + t]);
                 mx[j] = v;
             }
@@ -572,7 +564,7 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, const KvgWork& w, int kvh, int
                 sum[j] = 0.f;
                 m_old[j] = 0.f;
                 if (h < nheads) {
-                    m_old[j] = run_m[j];
+                    m_old[j] = sm.m[h];
                     mx[j] = dap_fmax(m_old[j], mx[j]);  // the new running max
                     for (int t = lane; t < n; t += G::WAVE) {
                         const float pr = dap_exp2(sm.u[h * C + t] - mx[j]);
@@ -582,14 +574,21 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, const KvgWork& w, int kvh, int
                 }
             }
             dap_xor_sum<1, G::WAVE>(sum);
+            // Every lane read sm.m[h] above; lane 0 rewrites it below. The
+            // shuffles between do not order the two (compute-sanitizer's
+            // racecheck reported it, s34); keeping the state in registers
+            // instead cost the kernels at the 128-register cap a spill.
+            dap_wave_sync();
+            if (lane == 0) {
 #pragma unroll
-            for (int j = 0; j < G::HPW; ++j) {
-                const int h = wave + j * G::NW;
-                if (h < nheads) {
-                    const float alpha = dap_exp2(m_old[j] - mx[j]);  // 0 on the first chunk
-                    run_m[j] = mx[j];
-                    run_l[j] = run_l[j] * alpha + sum[j];
-                    if (lane == 0) sm.alpha[h] = alpha;  // read by the PV threads after the barrier
+                for (int j = 0; j < G::HPW; ++j) {
+                    const int h = wave + j * G::NW;
+                    if (h < nheads) {
+                        const float alpha = dap_exp2(m_old[j] - mx[j]);  // 0 on the first chunk
+                        sm.alpha[h] = alpha;
+                        sm.m[h] = mx[j];
+                        sm.l[h] = sm.l[h] * alpha + sum[j];
+                    }
                 }
             }
         }
@@ -626,16 +625,6 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, const KvgWork& w, int kvh, int
                         }
                     }
                 }
-            }
-        }
-    }
-    if (lane == 0) {
-#pragma unroll
-        for (int j = 0; j < G::HPW; ++j) {
-            const int h = wave + j * G::NW;
-            if (h < nheads) {
-                sm.m[h] = run_m[j];
-                sm.l[h] = run_l[j];
             }
         }
     }
