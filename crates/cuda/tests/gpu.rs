@@ -14,16 +14,32 @@ use decode_attn_cpu::reference::decode_reference;
 use decode_attn_cuda::{CudaBackend, CudaOptions, KernelSource};
 use serial_test::serial;
 
+/// The default options, with kernels compiled at run time cached in one
+/// folder under the system's temporary one (the cache is keyed by source,
+/// options and NVRTC version). Without it every backend of the kv-head-grid
+/// kernel, which CUDA always builds with NVRTC, compiled it again: about 40 s
+/// each, so the tests that open several ran past a device call's time (s34).
+fn test_options() -> CudaOptions {
+    CudaOptions { cache_dir: Some(std::env::temp_dir().join("decode-attn-gpu-tests")), ..CudaOptions::default() }
+}
+
 fn backend(kernels: KernelSource) -> Option<CudaBackend> {
     match decode_attn_cuda::device_count() {
         Err(err) => {
             eprintln!("SKIPPED: no CUDA device on this machine ({err})");
             None
         }
-        Ok(_) => Some(
-            CudaBackend::with_options(0, CudaOptions { kernels, ..CudaOptions::default() })
-                .unwrap_or_else(|e| panic!("a CUDA device is present but the backend failed to open: {e}")),
-        ),
+        Ok(_) => {
+            let mut options = CudaOptions { kernels, ..test_options() };
+            if kernels == KernelSource::Nvrtc {
+                // The NVRTC test is there to compile decode.cu: no cache.
+                options.cache_dir = None;
+            }
+            Some(
+                CudaBackend::with_options(0, options)
+                    .unwrap_or_else(|e| panic!("a CUDA device is present but the backend failed to open: {e}")),
+            )
+        }
     }
 }
 
@@ -90,7 +106,7 @@ fn split_reducer_with_and_without_programmatic_launch_under_graph_replay() {
     }
     use decode_attn_cuda::ProgrammaticLaunch;
     for programmatic_launch in [ProgrammaticLaunch::Reducer, ProgrammaticLaunch::All, ProgrammaticLaunch::Off] {
-        let options = CudaOptions { programmatic_launch, ..CudaOptions::default() };
+        let options = CudaOptions { programmatic_launch, ..test_options() };
         let backend = CudaBackend::with_options(0, options).unwrap();
         let capture = problem(KvLayout::block_table(16), vec![3000, 1500, 700, 1]);
         let plan = backend.plan(&capture, "fixed:8".parse().unwrap()).unwrap();
@@ -121,7 +137,7 @@ fn programmatic_decode_waits_for_the_kernel_that_writes_its_q() {
     if !device_present() {
         return;
     }
-    let options = CudaOptions { programmatic_launch: ProgrammaticLaunch::All, ..CudaOptions::default() };
+    let options = CudaOptions { programmatic_launch: ProgrammaticLaunch::All, ..test_options() };
     let backend = CudaBackend::with_options(0, options).unwrap();
     let lens = vec![2500, 700, 40];
     let p = problem(KvLayout::block_table(16), lens.clone());
@@ -263,7 +279,7 @@ fn auto_plans_each_problem_with_the_figures_of_the_kernel_that_runs_it() {
     if !device_present() {
         return;
     }
-    let open = |kernel| CudaBackend::with_options(0, CudaOptions { kernel, ..CudaOptions::default() }).unwrap();
+    let open = |kernel| CudaBackend::with_options(0, CudaOptions { kernel, ..test_options() }).unwrap();
     let auto = open(decode_attn_cuda::DecodeKernel::Auto);
     let stream = open(decode_attn_cuda::DecodeKernel::Stream);
     let mma = open(decode_attn_cuda::DecodeKernel::Mma);
@@ -407,7 +423,7 @@ fn grid_orders_give_identical_outputs() {
     let lens: Vec<u32> = (0..48u32).map(|i| [0, 1, 17, 300, 1000, 2500][i as usize % 6] + i).collect();
     let options: Vec<_> = [GridOrder::SeqsFirst, GridOrder::HeadsFirst, GridOrder::Auto]
         .into_iter()
-        .map(|grid_order| (grid_order, CudaOptions { grid_order, ..CudaOptions::default() }))
+        .map(|grid_order| (grid_order, CudaOptions { grid_order, ..test_options() }))
         .collect();
     for layout in [KvLayout::block_table(16), KvLayout::token_indices(1)] {
         for policy in ["fixed:4", "fixed:1"] {
@@ -428,8 +444,7 @@ fn warp_splits_match_the_reference_and_the_merged_warps() {
     if !device_present() {
         return;
     }
-    let open =
-        |warp_splits| CudaBackend::with_options(0, CudaOptions { warp_splits, ..CudaOptions::default() }).unwrap();
+    let open = |warp_splits| CudaBackend::with_options(0, CudaOptions { warp_splits, ..test_options() }).unwrap();
     let (per_warp, merged) = (open(WarpSplits::Auto), open(WarpSplits::Off));
     for layout in [KvLayout::block_table(16), KvLayout::token_indices(1)] {
         for lens in [vec![4096], vec![5000], vec![4133], vec![1000; 4]] {
@@ -505,7 +520,7 @@ fn short_split_counts_match_the_reference_on_every_kernel() {
     let mut batch = HostBatch::random(&long, 61);
     batch.poison_unused_slots();
     for kernel in [DecodeKernel::Auto, DecodeKernel::Stream, DecodeKernel::Staged, DecodeKernel::KvGrid] {
-        let backend = CudaBackend::with_options(0, CudaOptions { kernel, ..CudaOptions::default() }).unwrap();
+        let backend = CudaBackend::with_options(0, CudaOptions { kernel, ..test_options() }).unwrap();
         let mut plan = backend.plan(&long, Policy::Fixed { splits: 16 }).unwrap();
         plan.rule = SplitRule { short_splits: 3, short_below_tiles: 128, ..plan.rule };
         // 127 tiles and fewer: 3 splits; 128 and more: 16.
@@ -558,7 +573,7 @@ fn one_active_split_is_written_by_its_cta_not_the_reducer() {
     let reference = decode_reference(&batch, p.shape.default_scale());
     let (num_seqs, num_q_heads, head_dim) = (4, 32, 128);
     for kernel in [DecodeKernel::Auto, DecodeKernel::Stream, DecodeKernel::Staged, DecodeKernel::KvGrid] {
-        let backend = CudaBackend::with_options(0, CudaOptions { kernel, ..CudaOptions::default() }).unwrap();
+        let backend = CudaBackend::with_options(0, CudaOptions { kernel, ..test_options() }).unwrap();
         // Splits of at least 64 tiles (1024 tokens): 3, 2, 1 and 1 active.
         let mut plan = backend.plan(&p, Policy::Fixed { splits: 8 }).unwrap();
         plan.rule.min_tiles_per_split = 64;
@@ -615,14 +630,14 @@ fn packed_launches_match_the_plain_grid_and_the_reference() {
     let policy = "deterministic:256";
     let options: Vec<_> = [Packing::Off, Packing::Auto, Packing::Planned]
         .into_iter()
-        .map(|packing| (packing, CudaOptions { packing, ..CudaOptions::default() }))
+        .map(|packing| (packing, CudaOptions { packing, ..test_options() }))
         .collect();
     for layout in [KvLayout::block_table(16), KvLayout::token_indices(1)] {
         outputs_identical_across(&options, layout, &lens, policy);
     }
 
-    let packed = CudaBackend::with_options(0, CudaOptions::default()).unwrap();
-    let plain = CudaBackend::with_options(0, CudaOptions { packing: Packing::Off, ..CudaOptions::default() }).unwrap();
+    let packed = CudaBackend::with_options(0, test_options()).unwrap();
+    let plain = CudaBackend::with_options(0, CudaOptions { packing: Packing::Off, ..test_options() }).unwrap();
     let p = problem(KvLayout::block_table(16), lens.clone());
     let plan = packed.plan(&p, policy.parse().unwrap()).unwrap();
     let pairs = packed.packed_pairs_of(&plan).expect("a mostly empty grid launches packed");
@@ -636,8 +651,7 @@ fn packed_launches_match_the_plain_grid_and_the_reference() {
     let spread = problem(KvLayout::block_table(16), (0..32).map(|i| 250 * i + 1).collect());
     assert_eq!(packed.packed_pairs_of(&packed.plan(&spread, policy.parse().unwrap()).unwrap()), None);
     // `plan` packs any plan with an empty CTA, and only those.
-    let planned =
-        CudaBackend::with_options(0, CudaOptions { packing: Packing::Planned, ..CudaOptions::default() }).unwrap();
+    let planned = CudaBackend::with_options(0, CudaOptions { packing: Packing::Planned, ..test_options() }).unwrap();
     let spread_plan = planned.plan(&spread, policy.parse().unwrap()).unwrap();
     let spread_pairs: u32 = spread_plan.per_seq.iter().map(|s| s.active_splits).sum();
     assert_eq!(planned.packed_pairs_of(&spread_plan), Some(spread_pairs), "{spread_plan}");
@@ -689,8 +703,7 @@ fn batch_rule_plans_cut_each_replay_by_its_mean_length() {
     if !device_present() {
         return;
     }
-    let backend =
-        CudaBackend::with_options(0, CudaOptions { batch_rule: BatchRule::Auto, ..CudaOptions::default() }).unwrap();
+    let backend = CudaBackend::with_options(0, CudaOptions { batch_rule: BatchRule::Auto, ..test_options() }).unwrap();
     let planned = problem(KvLayout::block_table(16), vec![4096; 16]);
     let plan = backend.plan(&planned, Policy::Auto).unwrap();
     assert!(plan.rule.is_batch(), "{plan}");
