@@ -641,8 +641,7 @@ fn packed_launches_match_the_plain_grid_and_the_reference() {
     let p = problem(KvLayout::block_table(16), lens.clone());
     let plan = packed.plan(&p, policy.parse().unwrap()).unwrap();
     let pairs = packed.packed_pairs_of(&plan).expect("a mostly empty grid launches packed");
-    let expected: u32 = plan.per_seq.iter().map(|s| s.active_splits).sum();
-    assert_eq!(pairs, expected, "{plan}");
+    assert_eq!(u64::from(pairs), plan.active_pairs(), "{plan}");
     assert_eq!(plain.packed_pairs_of(&plain.plan(&p, policy.parse().unwrap()).unwrap()), None);
     // Equal lengths leave no empty split, and a batch of fewer empty CTAs
     // than 8 per active one (here about 1) keeps the plain grid too.
@@ -653,8 +652,7 @@ fn packed_launches_match_the_plain_grid_and_the_reference() {
     // `plan` packs any plan with an empty CTA, and only those.
     let planned = CudaBackend::with_options(0, CudaOptions { packing: Packing::Planned, ..test_options() }).unwrap();
     let spread_plan = planned.plan(&spread, policy.parse().unwrap()).unwrap();
-    let spread_pairs: u32 = spread_plan.per_seq.iter().map(|s| s.active_splits).sum();
-    assert_eq!(planned.packed_pairs_of(&spread_plan), Some(spread_pairs), "{spread_plan}");
+    assert_eq!(planned.packed_pairs_of(&spread_plan).map(u64::from), Some(spread_plan.active_pairs()), "{spread_plan}");
     assert_eq!(planned.packed_pairs_of(&planned.plan(&even, policy.parse().unwrap()).unwrap()), None);
     assert_eq!(planned.props_for(&spread).unwrap().empty_cta_us, 0.0);
     assert!(packed.props_for(&spread).unwrap().empty_cta_us > 0.0);
@@ -716,7 +714,7 @@ fn batch_rule_plans_cut_each_replay_by_its_mean_length() {
     assert_eq!(plan.rule.batch_splits, per_seq.rule.num_splits, "{plan}");
     let ctas = backend.packed_pairs_of(&plan).expect("a batch rule launches packed");
     assert_eq!(ctas, 16 * (plan.rule.batch_splits + 1), "{plan}");
-    let planned_pairs: u32 = plan.per_seq.iter().map(|s| s.active_splits).sum();
+    let planned_pairs = plan.active_pairs();
 
     let batch = HostBatch::random(&planned, 83);
     let mut device = DeviceBatch::new(&backend, &batch, plan.workspace_bytes);
@@ -726,7 +724,7 @@ fn batch_rule_plans_cut_each_replay_by_its_mean_length() {
     let with_empty: Vec<u32> = (0..16).map(|i| if i % 4 == 0 { 0 } else { 4096 - 200 * i }).collect();
     let more_pairs: u32 = one_long.iter().map(|&s| plan.rule.for_batch(&one_long).split(s).active_splits).sum();
     assert!(
-        more_pairs > planned_pairs && more_pairs <= ctas,
+        u64::from(more_pairs) > planned_pairs && more_pairs <= ctas,
         "{more_pairs} pairs, {planned_pairs} planned, {ctas} CTAs"
     );
     for lens in [vec![4096; 16], one_long, spread, with_empty] {
