@@ -235,7 +235,8 @@ pub enum BatchRule {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Packing {
     /// Where the plain grid would have at least 8 empty CTAs per active
-    /// one (`PACK_MIN_EMPTY_PER_ACTIVE`).
+    /// one, or 2 in a batch of 64 sequences or more
+    /// (`pack_min_empty_per_active`).
     #[default]
     Auto,
     /// Never: always the plain grid.
@@ -820,7 +821,7 @@ impl CudaBackend {
     }
 
     /// The active (sequence, split) pairs of `plan`, where `launch` (the
-    /// plain grid) would be at least `PACK_MIN_EMPTY_PER_ACTIVE` empty CTAs
+    /// plain grid) would be at least `pack_min_empty_per_active` empty CTAs
     /// per active one, and a packed launch can take them: split plans of one
     /// split per CTA. The count is the plan's; the kernel counts the pairs
     /// of the lengths it reads, so a graph replayed with other lengths still
@@ -842,7 +843,7 @@ impl CudaBackend {
         let many_empty = match self.packing {
             Packing::Always => true,
             Packing::Planned => empty > 0,
-            Packing::Auto | Packing::Off => empty >= PACK_MIN_EMPTY_PER_ACTIVE * pairs,
+            Packing::Auto | Packing::Off => empty >= pack_min_empty_per_active(problem.num_seqs()) * pairs,
         };
         let pairs = u32::try_from(pairs).ok()?;
         (pairs > 0 && many_empty).then_some(pairs)
@@ -1114,19 +1115,42 @@ const PACK_MAX_SEQS: usize = 2048;
 /// The most CTAs a grid's y dimension takes.
 const MAX_GRID_Y: u32 = 65535;
 
-/// Empty CTAs per active one from which a plan launches packed. Packed CTAs
-/// pay for their count (all the lengths read, a scan, two barriers: 0.65-0.8
-/// µs a short call, s33), and the 16 that s27 fitted was set while they
-/// also streamed 3-14% slower than the plain grid's (a misaligned ring, then
-/// a stack copy of the parameters, both gone in s33). Refitted in s34 on an
-/// H100, 70B at TP=8, 48 ragged batches each planned for itself
-/// (`docs/experiments/packing-threshold/`): packed was 1.02-1.18x slower
-/// at 2.3 empty per active one and below, 0.61-0.98x from 3.7 up except three
-/// batches at 1.008-1.013x. 8B was not rerun; in s27, with the slower packed
-/// stream, its packed launches were 3.5% slower at 7 and 7% faster at 9.
-/// So 8, where both models' data agree; 4 would gain another 1.3% (geometric
-/// mean) on the 70B set. `auto` plans as for the plain grid.
+/// Empty CTAs per active one from which a plan of `num_seqs` sequences
+/// launches packed: 8 below `PACK_WIDE_BATCH` sequences, 2 from there.
+/// Packed CTAs pay for their count (all the lengths read, a scan, two
+/// barriers: 0.65-0.8 µs a short call, s33); the plain grid pays a CTA slot
+/// for every empty split, which weighs most where the batch is wide and its
+/// CTAs short. Fitted on an H100 (s34, s35; `docs/experiments/packing-threshold/`)
+/// on 95 ragged batches of 16, 64 and 256 sequences, each planned for itself,
+/// packed against the plain grid:
+/// - 16 sequences: packed was 1.02-1.18x slower at 2.3 empty per active one
+///   and below (both models), and for 8B 1.007-1.019x at 7.4-11.7 where 70B
+///   gained 2-10%; so 8, as s34 set for every batch;
+/// - 64 and 256 sequences: 0.61-0.996x from 1.9 up on both models, but
+///   for three 70B batches at 1.008-1.013x (8.6-12.0 empty per active one,
+///   packed under 8 as well); 8B's 65536x4+256x60, at 0.9, was 1.106x. So 2
+///   there: 8B's batches of 64 and 256 at 1.9-7.8 ran 2-17% faster.
+///
+/// Geometric mean of `auto`'s time over the plain grid's on that set: 0.925
+/// (8B 0.968, 70B 0.884), from 0.944 with 8 for every batch (8B 0.996). On
+/// 32 batches of 32 and 128 sequences the fit had not seen (s35), `auto`
+/// measured 0.931 (70B) and 0.977 (8B), worst 1.004; 8 for every batch
+/// would have given 0.945 and 0.996. `auto` plans as for the plain grid.
+fn pack_min_empty_per_active(num_seqs: usize) -> u64 {
+    if num_seqs >= PACK_WIDE_BATCH {
+        PACK_MIN_EMPTY_PER_ACTIVE_WIDE
+    } else {
+        PACK_MIN_EMPTY_PER_ACTIVE
+    }
+}
+
+/// See [`pack_min_empty_per_active`].
 const PACK_MIN_EMPTY_PER_ACTIVE: u64 = 8;
+/// See [`pack_min_empty_per_active`].
+const PACK_MIN_EMPTY_PER_ACTIVE_WIDE: u64 = 2;
+/// The batch from which [`PACK_MIN_EMPTY_PER_ACTIVE_WIDE`] applies: no batch
+/// between 16 and 64 sequences was measured.
+const PACK_WIDE_BATCH: usize = 64;
 
 /// Whether the tensor-core kernel takes `problem`: it has an instantiation
 /// for its element type and head dim, and a CTA of it fits the device's

@@ -659,6 +659,16 @@ fn packed_launches_match_the_plain_grid_and_the_reference() {
     let pairs = packed.packed_pairs_of(&plan).expect("a mostly empty grid launches packed");
     assert_eq!(u64::from(pairs), plan.active_pairs(), "{plan}");
     assert_eq!(plain.packed_pairs_of(&plain.plan(&p, policy.parse().unwrap()).unwrap()), None);
+    // A batch of 64 sequences packs from 2 empty CTAs per active one, a
+    // narrower batch from 8: 8 sequences of 4000 tokens (16 splits) among 56
+    // of 200 (one split), and the same mix at 32, are both 4.6 per active one.
+    let mix = |num_seqs: usize| -> Vec<u32> { (0..num_seqs).map(|i| if i % 8 == 0 { 4000 } else { 200 }).collect() };
+    let wide = problem(KvLayout::block_table(16), mix(64));
+    let wide_plan = packed.plan(&wide, policy.parse().unwrap()).unwrap();
+    assert_eq!((wide_plan.active_pairs(), wide_plan.num_splits), (184, 16), "{wide_plan}");
+    assert_eq!(packed.packed_pairs_of(&wide_plan), Some(184), "{wide_plan}");
+    let narrow = problem(KvLayout::block_table(16), mix(32));
+    assert_eq!(packed.packed_pairs_of(&packed.plan(&narrow, policy.parse().unwrap()).unwrap()), None);
     // Equal lengths leave no empty split, and a batch of fewer empty CTAs
     // than 8 per active one (here about 1) keeps the plain grid too.
     let even = problem(KvLayout::block_table(16), vec![4000; 8]);
