@@ -281,7 +281,7 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
             partly_checked |= row.checked < row.shape.batch();
             let line = format_row(&backend, &row);
             progress.suspend(|| outln!("{line}"));
-            if let Some(note) = sparse_grid_note(&row) {
+            if let Some(note) = sparse_grid_note(&backend, &row) {
                 progress.suspend(|| outln!("{note}"));
             }
             if let Some(file) = csv.as_mut() {
@@ -462,17 +462,36 @@ fn bench_shape(
 
 /// For a ragged batch whose split plan leaves (sequence, split) pairs empty:
 /// how many are active and how many empty CTAs a plain grid would start per
-/// active one, the figure a packed launch is chosen by (`cuda`'s `Packing`).
-fn sparse_grid_note(row: &Row<'_>) -> Option<String> {
+/// active one, the figure a packed launch is chosen by (`cuda`'s `Packing`),
+/// and on CUDA which launch ran.
+fn sparse_grid_note(backend: &Backend, row: &Row<'_>) -> Option<String> {
     let pairs = row.plan.sparse_pairs().filter(|_| row.shape.ragged.is_some())?;
     Some(format!(
-        "#   {}: {} of the {} x {} (sequence, split) pairs active; {:.1} empty per active one",
+        "#   {}: {} of the {} x {} (sequence, split) pairs active; {:.1} empty per active one{}",
         row.policy,
         pairs.active,
         pairs.num_seqs,
         pairs.num_splits,
-        pairs.empty_per_active()
+        pairs.empty_per_active(),
+        launch_note(backend, row.plan)
     ))
+}
+
+/// Whether the CUDA backend launches `plan` packed (its active pairs only)
+/// or as the plain grid: the choice `Packing::Auto` makes from the figure
+/// above, printed so that a fit reads it rather than infers it from times.
+#[cfg(feature = "cuda")]
+fn launch_note(backend: &Backend, plan: &Plan) -> &'static str {
+    match backend {
+        Backend::Cuda(cuda) if cuda.packed_pairs_of(plan).is_some() => "; launched packed",
+        Backend::Cuda(_) => "; launched as the plain grid",
+        _ => "",
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn launch_note(_: &Backend, _: &Plan) -> &'static str {
+    ""
 }
 
 fn format_row(backend: &Backend, row: &Row<'_>) -> String {
