@@ -23,6 +23,23 @@ pub fn choice<T: Copy>(backend: &'static str, var: &str, default: T, choices: &[
     Err(Error::Unsupported { backend, what: format!("{var}={text:?} (expected {expected})") })
 }
 
+/// The positive, finite number environment variable `var` holds; unset,
+/// empty or not UTF-8 gives `None`; any other text is an
+/// [`Error::Unsupported`] of `backend` that quotes it.
+pub fn positive_number(backend: &'static str, var: &str) -> Result<Option<f64>> {
+    match std::env::var(var) {
+        Ok(text) if !text.is_empty() => parse_positive(&text).map(Some).ok_or_else(|| Error::Unsupported {
+            backend,
+            what: format!("{var}={text:?} (expected a positive number)"),
+        }),
+        _ => Ok(None),
+    }
+}
+
+fn parse_positive(text: &str) -> Option<f64> {
+    text.trim().parse::<f64>().ok().filter(|x| x.is_finite() && *x > 0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,6 +57,26 @@ mod tests {
         std::env::set_var(var, "three");
         let err = choice("test", var, 7, &choices).unwrap_err().to_string();
         assert!(err.contains(r#"DECODE_ATTN_TEST_ENV_CHOICE="three" (expected auto, one or two)"#), "{err}");
+        std::env::remove_var(var);
+    }
+
+    #[test]
+    fn positive_numbers_parse_and_anything_else_is_quoted() {
+        let var = "DECODE_ATTN_TEST_ENV_NUMBER";
+        std::env::remove_var(var);
+        assert_eq!(positive_number("test", var).unwrap(), None);
+        std::env::set_var(var, "4320");
+        assert_eq!(positive_number("test", var).unwrap(), Some(4320.0));
+        std::env::set_var(var, " 2.5e3 ");
+        assert_eq!(positive_number("test", var).unwrap(), Some(2500.0));
+        for bad in ["0", "-1", "inf", "NaN", "fast"] {
+            std::env::set_var(var, bad);
+            let err = positive_number("test", var).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("DECODE_ATTN_TEST_ENV_NUMBER={bad:?} (expected a positive number)")),
+                "{err}"
+            );
+        }
         std::env::remove_var(var);
     }
 }

@@ -197,6 +197,12 @@ pub struct CudaOptions {
     pub packing: Packing,
     /// Whether `auto` cuts a plan of equal lengths by the batch.
     pub batch_rule: BatchRule,
+    /// The streaming bandwidth (GB/s) `auto` plans for; `None`, the default,
+    /// takes 0.9 of the peak the device's memory clock and bus width give
+    /// (about 4330 on an H200, 3000 on an H100). For A/B timing of plans
+    /// across devices: the split counts `auto` picks depend on it (s35: the
+    /// H100 plans some shapes with twice or half the H200's splits).
+    pub plan_bandwidth_gbps: Option<f64>,
 }
 
 /// Whether `auto` gives a plan of equal lengths (the graph an engine captures
@@ -336,7 +342,7 @@ impl CudaOptions {
     /// `DECODE_ATTN_CUDA_KERNEL=auto|mma|stream|staged|kvgrid`, `DECODE_ATTN_CUDA_HEADS_PER_CTA=1|2|4|8`,
     /// `DECODE_ATTN_CUDA_PDL=off|reducer|all`, `DECODE_ATTN_CUDA_GRID=auto|seqs|heads`,
     /// `DECODE_ATTN_CUDA_WARP_SPLITS=auto|off`, `DECODE_ATTN_CUDA_PACKED=auto|off|always|plan`,
-    /// `DECODE_ATTN_CUDA_BATCH_RULE=off|auto`
+    /// `DECODE_ATTN_CUDA_BATCH_RULE=off|auto`, `DECODE_ATTN_CUDA_PLAN_GBPS=<GB/s>`
     /// and the cache folder of [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
         let kernels = env::choice(
@@ -404,7 +410,9 @@ impl CudaOptions {
             BatchRule::default(),
             &[("off", BatchRule::Off), ("auto", BatchRule::Auto)],
         )?;
+        let plan_bandwidth_gbps = env::positive_number(BACKEND, "DECODE_ATTN_CUDA_PLAN_GBPS")?;
         Ok(CudaOptions {
+            plan_bandwidth_gbps,
             kernels,
             kernel,
             max_heads_per_cta,
@@ -536,6 +544,12 @@ impl CudaBackend {
     }
 
     pub fn with_options(ordinal: usize, options: CudaOptions) -> Result<Self> {
+        if let Some(gbps) = options.plan_bandwidth_gbps.filter(|x| !(x.is_finite() && *x > 0.0)) {
+            return Err(Error::Unsupported {
+                backend: BACKEND,
+                what: format!("CudaOptions::plan_bandwidth_gbps {gbps} (expected a positive number of GB/s)"),
+            });
+        }
         let count = device_count()?;
         if ordinal >= count {
             return Err(Error::Unavailable {
@@ -566,7 +580,8 @@ impl CudaBackend {
         let clock_khz = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE).unwrap_or(0) as f64;
         let bus_bits = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).unwrap_or(0) as f64;
         let peak_gbps = clock_khz * 1e3 * 2.0 * bus_bits / 8.0 / 1e9;
-        let mem_bandwidth_gbps = if peak_gbps > 0.0 { 0.9 * peak_gbps } else { 2000.0 };
+        let derived_gbps = if peak_gbps > 0.0 { 0.9 * peak_gbps } else { 2000.0 };
+        let mem_bandwidth_gbps = options.plan_bandwidth_gbps.unwrap_or(derived_gbps);
         let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let programmatic_launch = if major >= 9 { options.programmatic_launch } else { ProgrammaticLaunch::Off };
         let max_shared_per_cta =
@@ -1431,5 +1446,16 @@ mod tests {
         assert!(!heads_first(GridOrder::HeadsFirst, (70000, 1, 1), 128, 132));
         assert!(heads_first(GridOrder::HeadsFirst, (1, 1, 1), 128, 132));
         assert!(!heads_first(GridOrder::SeqsFirst, (64, 8, 8), 128, 132));
+    }
+
+    /// A bandwidth `auto` cannot plan with is refused before any device is
+    /// touched, quoting the value, whether or not a GPU is present.
+    #[test]
+    fn a_plan_bandwidth_that_is_not_positive_is_refused() {
+        for gbps in [0.0, -3000.0, f64::NAN, f64::INFINITY] {
+            let options = CudaOptions { plan_bandwidth_gbps: Some(gbps), ..CudaOptions::default() };
+            let err = CudaBackend::with_options(0, options).err().expect("refused").to_string();
+            assert!(err.contains(&format!("plan_bandwidth_gbps {gbps} (expected a positive")), "{err}");
+        }
     }
 }
