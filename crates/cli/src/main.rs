@@ -91,6 +91,11 @@ struct PlanArgs {
     /// Multiprocessors of the GPU planned for (132: H100/H200 SXM).
     #[arg(long, default_value_t = 132)]
     sms: u32,
+    /// Streaming bandwidth of the GPU planned for, GB/s (default: what the
+    /// CUDA backend derives on an H200; an H100 SXM gives about 3020). `auto`
+    /// splits by it, so the two GPUs' plans differ on some shapes.
+    #[arg(long, value_parser = parse_gbps)]
+    gbps: Option<f64>,
     /// auto | vllm | vllm:batch-invariant | sglang[:N] | fixed:N | deterministic:TILE
     #[arg(long, default_value = "auto", value_parser = parse_policy)]
     policy: Policy,
@@ -155,13 +160,23 @@ fn plan(args: PlanArgs) -> CliResult<ExitCode> {
         return Err("--batch must be at least 1".into());
     }
     let problem = DecodeProblem::new(shape, DTypes::uniform(args.dtype), args.layout, seq_lens)?;
-    let plan = decode_attn::plan(&problem, args.policy, &DeviceProps::gpu_like_for(args.sms, &problem))?;
+    let gpu = DeviceProps::gpu_like_for(args.sms, &problem);
+    let device = DeviceProps { mem_bandwidth_gbps: args.gbps.unwrap_or(gpu.mem_bandwidth_gbps), ..gpu };
+    let plan = decode_attn::plan(&problem, args.policy, &device)?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&plan)?);
     } else {
         outln!("{plan}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--gbps`: a positive, finite number.
+fn parse_gbps(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(gbps) if gbps.is_finite() && gbps > 0.0 => Ok(gbps),
+        _ => Err(format!("{text:?} is not a positive number of GB/s")),
+    }
 }
 
 fn check(args: CheckArgs) -> CliResult<ExitCode> {

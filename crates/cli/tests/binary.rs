@@ -178,6 +178,36 @@ fn bench_planned_for_longer_sequences_runs_checked_rows_at_the_shapes_lengths() 
     assert!(!refused.status.success() && stderr.contains("--plan-seq-len 299 is shorter"), "{stderr}");
 }
 
+/// `plan --gbps` plans for another GPU's bandwidth: 4133 tokens of 8B, as
+/// an H100 (about 3020 GB/s) planned them on the device in s35, get 33 CTA
+/// splits; the default (an H200's figure) 13 CTAs of a split per warp. A
+/// bandwidth that is not a positive number is refused, quoted.
+#[test]
+fn plan_takes_the_bandwidth_of_the_gpu_it_plans_for() {
+    let grid = |extra: &[&str]| -> String {
+        let output = Command::new(BINARY)
+            .args(["plan", "--model", "llama3-8b", "--seq-len", "4133"])
+            .args(extra)
+            .output()
+            .expect("run decode-attn plan");
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        assert!(output.status.success(), "plan failed:\n{stdout}{}", String::from_utf8_lossy(&output.stderr));
+        stdout.lines().find(|l| l.starts_with("grid")).unwrap_or_else(|| panic!("no grid line:\n{stdout}")).to_string()
+    };
+    assert!(grid(&[]).starts_with("grid        (1, 8, 13) = 104 CTAs"), "{}", grid(&[]));
+    assert!(
+        grid(&["--gbps", "3020"]).starts_with("grid        (1, 8, 33) = 264 CTAs"),
+        "{}",
+        grid(&["--gbps", "3020"])
+    );
+    let refused = Command::new(BINARY)
+        .args(["plan", "--model", "llama3-8b", "--seq-len", "4133", "--gbps", "0"])
+        .output()
+        .expect("run decode-attn plan");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("\"0\" is not a positive number of GB/s"), "{stderr}");
+}
+
 #[test]
 fn the_elf_reader_rejects_what_is_not_elf() {
     assert!(needed_libraries(b"#!/bin/sh\n").is_err());
