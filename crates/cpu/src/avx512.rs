@@ -108,33 +108,7 @@ unsafe fn tile(
         }
         h += heads;
     }
-    // Rows past the tile's end (a sequence's last, partial tile).
-    let valid: __mmask16 = if n >= 16 { 0xffff } else { (1u16 << n) - 1 };
-    for h in 0..g {
-        let scores = &s[h * TILE..(h + 1) * TILE];
-        // SAFETY: `scores` holds TILE = 16 floats.
-        let sv = _mm512_mask_blend_ps(valid, _mm512_set1_ps(f32::NEG_INFINITY), _mm512_loadu_ps(scores.as_ptr()));
-        let tile_max = _mm512_reduce_max_ps(sv);
-        let m_old = m[h];
-        let m_new = m_old.max(tile_max);
-        if m_new > m_old {
-            let acc = &mut acc[h * d..(h + 1) * d];
-            if m_old == f32::NEG_INFINITY {
-                l[h] = 0.0;
-                acc.fill(0.0);
-            } else {
-                let alpha = kernel::exp2_nonpositive::<Fused>(m_old - m_new);
-                l[h] *= alpha;
-                scale(acc, alpha);
-            }
-            m[h] = m_new;
-        }
-        let p = _mm512_maskz_mov_ps(valid, exp2(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
-        l[h] += _mm512_reduce_add_ps(p);
-        let out = &mut s[h * TILE..(h + 1) * TILE];
-        // SAFETY: `out` holds TILE = 16 floats.
-        _mm512_storeu_ps(out.as_mut_ptr(), p);
-    }
+    online_softmax(s, m, l, acc, n, d);
 
     // V: each 16-element chunk is decoded once into a register and
     // accumulated into up to four heads.
@@ -163,6 +137,52 @@ unsafe fn tile(
 
 /// How many tiles ahead of the one being computed K and V rows are prefetched.
 const PREFETCH_TILES: usize = 2;
+
+/// The online-softmax step of one tile for its `g = m.len()` heads: the
+/// scores `s` (`[g, TILE]`, rows `n..` masked out) become the weights `p =
+/// 2^(s - m_new)` (0 past the tile's rows), `m` and `l` move to the tile's
+/// max and sum, and `acc` (`[g, d]`, any column order) is rescaled where the
+/// max grew. Shared with `avx512_bf16.rs`.
+///
+/// # Safety
+/// The CPU must have AVX-512F; `s.len() >= g * TILE`, `l.len() == g`,
+/// `acc.len() >= g * d` and `1 <= n <= TILE` (checked: nothing happens
+/// otherwise).
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline]
+pub(crate) unsafe fn online_softmax(s: &mut [f32], m: &mut [f32], l: &mut [f32], acc: &mut [f32], n: usize, d: usize) {
+    let g = m.len();
+    if s.len() < g * TILE || l.len() != g || acc.len() < g * d || n == 0 || n > TILE {
+        return;
+    }
+    // Rows past the tile's end (a sequence's last, partial tile).
+    let valid: __mmask16 = if n >= 16 { 0xffff } else { (1u16 << n) - 1 };
+    for h in 0..g {
+        let scores = &s[h * TILE..(h + 1) * TILE];
+        // SAFETY: `scores` holds TILE = 16 floats.
+        let sv = _mm512_mask_blend_ps(valid, _mm512_set1_ps(f32::NEG_INFINITY), _mm512_loadu_ps(scores.as_ptr()));
+        let tile_max = _mm512_reduce_max_ps(sv);
+        let m_old = m[h];
+        let m_new = m_old.max(tile_max);
+        if m_new > m_old {
+            let acc = &mut acc[h * d..(h + 1) * d];
+            if m_old == f32::NEG_INFINITY {
+                l[h] = 0.0;
+                acc.fill(0.0);
+            } else {
+                let alpha = kernel::exp2_nonpositive::<Fused>(m_old - m_new);
+                l[h] *= alpha;
+                scale(acc, alpha);
+            }
+            m[h] = m_new;
+        }
+        let p = _mm512_maskz_mov_ps(valid, exp2(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
+        l[h] += _mm512_reduce_add_ps(p);
+        let out = &mut s[h * TILE..(h + 1) * TILE];
+        // SAFETY: `out` holds TILE = 16 floats.
+        _mm512_storeu_ps(out.as_mut_ptr(), p);
+    }
+}
 
 /// Scores of the `H` heads of `q` (`[H, d]`) against the 16 rows of K in
 /// `rows` (raw elements of kind `E`, at least `d` each), written to `out`
@@ -226,7 +246,7 @@ unsafe fn scores_heads<const E: u8, const H: usize, const R: usize>(
 /// Lane `r` of the result is the sum of the 16 lanes of `a[r]`.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
-unsafe fn transpose_sum(a: &[__m512; 16]) -> __m512 {
+pub(crate) unsafe fn transpose_sum(a: &[__m512; 16]) -> __m512 {
     // Pairs of rows: [row 2i: 8 partial sums | row 2i+1: 8 partial sums].
     let mut x = [_mm512_setzero_ps(); 8];
     for (i, x) in x.iter_mut().enumerate() {
@@ -251,7 +271,7 @@ unsafe fn transpose_sum(a: &[__m512; 16]) -> __m512 {
 /// Element kinds of [`load16`], as const parameters.
 const F32: u8 = 0;
 const F16: u8 = 1;
-const BF16: u8 = 2;
+pub(crate) const BF16: u8 = 2;
 
 /// 16 elements of kind `E` at `src`, as f32.
 ///
@@ -274,7 +294,7 @@ unsafe fn load16<const E: u8>(src: *const u8) -> __m512 {
 /// kind `E`, at least `d` each).
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
-unsafe fn accumulate_rows<const E: u8, const H: usize>(
+pub(crate) unsafe fn accumulate_rows<const E: u8, const H: usize>(
     acc: &mut [f32],
     p: &[f32],
     rows: &[&[u8]],

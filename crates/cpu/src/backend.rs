@@ -142,6 +142,14 @@ impl CpuBackend {
         self
     }
 
+    /// The same backend without the bf16 dot products of AVX512_BF16 where
+    /// the CPU has them (the plain AVX-512 path instead): for tests that
+    /// compare the paths, and for timing one against the other.
+    pub fn without_bf16_dot(mut self) -> CpuBackend {
+        self.isa = self.isa.without_bf16_dot();
+        self
+    }
+
     /// Worker threads.
     pub fn threads(&self) -> usize {
         self.props.num_sms as usize
@@ -153,7 +161,9 @@ impl CpuBackend {
         self.threads() > 1 && bytes > INLINE_KV_BYTES
     }
 
-    /// The instruction set the hot loop runs: "avx512", "avx2" or "portable".
+    /// The instruction set the hot loop runs: "avx512-bf16" (bf16 KV, head
+    /// dims a multiple of 32; other problems on "avx512"'s loop), "avx512",
+    /// "avx2" or "portable".
     pub fn instruction_set(&self) -> &'static str {
         self.isa.name()
     }
@@ -529,6 +539,8 @@ impl Exec<'_> {
             start: range.0,
             end: range.1,
             q,
+            q_scale: self.scale_log2,
+            weights_in_bf16: matches!(self.out_elt, Elt::Bf16 | Elt::F16),
         };
         kernel::attend(self.isa, self.kv_elt, &work, state, scratch);
     }

@@ -236,6 +236,13 @@ pub(crate) struct Work<'a> {
     /// `[kv_heads * g, head_dim]` queries, already multiplied by
     /// `softmax_scale * log2(e)`.
     pub q: &'a [f32],
+    /// That factor, `softmax_scale * log2(e)`: the bf16 dot-product path
+    /// divides it out to recover bf16 queries (`avx512_bf16.rs`).
+    pub q_scale: f32,
+    /// Whether the weights P may be rounded to bf16 before P·V (as on the
+    /// GPU): where the output is bf16 or f16, whose own rounding is as
+    /// coarse. An f32 output keeps f32 weights.
+    pub weights_in_bf16: bool,
 }
 
 impl<'a> Work<'a> {
@@ -293,6 +300,9 @@ pub(crate) enum Isa {
     /// AVX-512F, and AVX2, FMA and F16C.
     #[cfg(target_arch = "x86_64")]
     Avx512(SimdToken),
+    /// `Avx512`'s features, and AVX-512BW and AVX512_BF16 (bf16 dot products).
+    #[cfg(target_arch = "x86_64")]
+    Avx512Bf16(SimdToken),
 }
 
 /// Proof that the features of the `Isa` variant holding it were detected;
@@ -307,6 +317,9 @@ impl Isa {
         {
             use std::arch::is_x86_feature_detected as has;
             if has!("avx2") && has!("fma") && has!("f16c") {
+                if has!("avx512f") && has!("avx512bw") && has!("avx512bf16") {
+                    return Isa::Avx512Bf16(SimdToken(()));
+                }
                 if has!("avx512f") {
                     return Isa::Avx512(SimdToken(()));
                 }
@@ -321,7 +334,18 @@ impl Isa {
     pub(crate) fn at_most_avx2(self) -> Isa {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512(token) => Isa::Avx2(token),
+            Isa::Avx512(token) | Isa::Avx512Bf16(token) => Isa::Avx2(token),
+            other => other,
+        }
+    }
+
+    /// Without the bf16 dot products (what `CpuBackend::without_bf16_dot`
+    /// and the tests use to reach the plain AVX-512 path on a CPU that has
+    /// them).
+    pub(crate) fn without_bf16_dot(self) -> Isa {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Bf16(token) => Isa::Avx512(token),
             other => other,
         }
     }
@@ -333,6 +357,8 @@ impl Isa {
             Isa::Avx2(_) => "avx2",
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512(_) => "avx512",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Bf16(_) => "avx512-bf16",
         }
     }
 }
@@ -347,6 +373,17 @@ pub(crate) fn attend(isa: Isa, kv: Elt, work: &Work<'_>, state: &mut State, scra
         // require.
         Isa::Avx512(_) => unsafe {
             if crate::avx512::attend(kv, work, state, scratch) || crate::avx2::attend(kv, work, state, scratch) {
+                return;
+            }
+        },
+        // SAFETY: the token inside `Isa::Avx512Bf16` proves AVX-512F,
+        // AVX-512BW, AVX512_BF16, AVX2, FMA and F16C were detected, all that
+        // `avx512_bf16::attend`, `avx512::attend` and `avx2::attend` require.
+        Isa::Avx512Bf16(_) => unsafe {
+            if crate::avx512_bf16::attend(kv, work, state, scratch)
+                || crate::avx512::attend(kv, work, state, scratch)
+                || crate::avx2::attend(kv, work, state, scratch)
+            {
                 return;
             }
         },
@@ -779,7 +816,10 @@ mod tests {
                 .collect()
         };
         let (k, v) = (bytes(0.731), bytes(0.277));
-        let q: Vec<f32> = (0..kv_heads * g * d).map(|i| ((i as f32) * 0.013).cos() * 0.2).collect();
+        // bf16 queries scaled by 0.2, as the backend scales them, so that
+        // every path (the bf16 dot products too) serves the item.
+        let q: Vec<f32> =
+            (0..kv_heads * g * d).map(|i| half::bf16::from_f32(((i as f32) * 0.013).cos()).to_f32() * 0.2).collect();
         let work = Work {
             k: &k,
             v: &v,
@@ -791,8 +831,11 @@ mod tests {
             start: 0,
             end: len,
             q: &q,
+            q_scale: 0.2,
+            weights_in_bf16: true,
         };
-        let mut isas = vec![Isa::Portable, Isa::detect().at_most_avx2(), Isa::detect()];
+        let mut isas =
+            vec![Isa::Portable, Isa::detect().at_most_avx2(), Isa::detect().without_bf16_dot(), Isa::detect()];
         isas.dedup();
         for isa in isas {
             let mut together = State::new(kv_heads * g, d);

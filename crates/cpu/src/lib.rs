@@ -18,15 +18,21 @@
 //!   `partial_ml [num_seqs, num_q_heads, num_splits, 2]`, max in log2 units,
 //!   as in `kernels/cuda/decode_params.h`) and reduces them.
 //!
-//! The hot loop is picked once, at run time: AVX-512F intrinsics (head dims
-//! that are a multiple of 16), else AVX2 + FMA + F16C intrinsics, else
-//! portable Rust that LLVM vectorises. All compute the same f32 online
-//! softmax over the same 16-token tiles; the scalar reference is the judge.
+//! The hot loop is picked once, at run time: for bf16 KV on a CPU with
+//! AVX512_BF16, bf16 dot products (head dims that are a multiple of 32; for
+//! a bf16 or f16 output the weights P rounded to bf16 before P·V, as on the
+//! GPU); else AVX-512F
+//! intrinsics (head dims that are a multiple of 16), else AVX2 + FMA + F16C
+//! intrinsics, else portable Rust that LLVM vectorises. All compute an f32
+//! online softmax over the same 16-token tiles; the scalar reference is the
+//! judge.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_bf16;
 mod backend;
 mod kernel;
 pub mod reference;
