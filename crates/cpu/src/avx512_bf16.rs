@@ -102,12 +102,14 @@ fn from_dot_order(x: &mut [f32], d: usize) {
 }
 
 /// Calls of `TilePrefetch::step` one tile of one KV head makes (`g` query
-/// heads, head dim `d`): one per 32-element chunk of each group of four rows
-/// scored, and one per pair of rows of each column block accumulated, for
-/// each group of up to four heads.
-fn prefetch_steps(g: usize, d: usize) -> usize {
-    let blocks = d / 64 + (d % 64) / 32;
-    g.div_ceil(4) * ((TILE / 4) * (d / 32) + blocks * (TILE / 2))
+/// heads, head dim `d`), for each group of up to four heads: one per
+/// 32-element chunk of each group of four rows scored; then, where V goes
+/// through the bf16 loop (`dot_v`), one per pair of rows of each column
+/// block, else as `avx512.rs`'s f32 loop steps (one per four rows of each
+/// column block of 64, then of 16).
+fn prefetch_steps(g: usize, d: usize, dot_v: bool) -> usize {
+    let v_steps = if dot_v { (d / 64 + (d % 64) / 32) * (TILE / 2) } else { (d / 64 + (d % 64) / 16) * (TILE / 4) };
+    g.div_ceil(4) * ((TILE / 4) * (d / 32) + v_steps)
 }
 
 /// Runs one work item (see `kernel::attend`) and returns true; returns false,
@@ -134,7 +136,7 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
         to_dot_order(&mut state.acc, d);
     }
     let scores = &mut scratch.s[..g * TILE];
-    let steps = work.kv_heads * prefetch_steps(g, d);
+    let steps = work.kv_heads * prefetch_steps(g, d, dot_v);
     kernel::for_each_head_tile(kv, work, &scratch.q, state, PREFETCH_TILES, steps, |t, pf| {
         // SAFETY: `attend`'s caller guarantees the features.
         unsafe { tile(t.q, scale, dot_v, t.m, t.l, t.acc, scores, t.k_rows, t.v_rows, d, pf) }
