@@ -55,6 +55,22 @@ fn unscaled_bf16_queries(q: &[f32], scale: f32, out: &mut Vec<f32>) -> bool {
     out.iter().zip(q).all(|(&x, &scaled)| (x * scale).to_bits() == scaled.to_bits())
 }
 
+/// Packs each row of `x` (`[_, d]`, `d` even, bf16 values as f32) into its
+/// first `d / 2` slots as the bf16 bits themselves, two to a 32-bit slot
+/// (element `2j` in the low half of slot `j`): the layout `vdpbf16ps` reads,
+/// made once per item rather than converted at every tile. The rest of each
+/// row is left as it was.
+fn pack_bf16_rows(x: &mut [f32], d: usize) {
+    for row in x.chunks_exact_mut(d) {
+        // Slot `j` is written after elements `2j` and `2j + 1 >= j` are read,
+        // and no later slot reads below `2j`.
+        for j in 0..d / 2 {
+            let (even, odd) = (row[2 * j].to_bits() >> 16, row[2 * j + 1].to_bits() >> 16);
+            row[j] = f32::from_bits(even | (odd << 16));
+        }
+    }
+}
+
 /// `x` rounded to the nearest bf16 value (ties to even), as an f32; NaN
 /// stays NaN (a NaN query gives NaN scores here as on every path).
 fn round_to_bf16(x: f32) -> f32 {
@@ -131,6 +147,7 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
     if !unscaled_bf16_queries(work.q, work.q_scale, &mut scratch.q) {
         return false;
     }
+    pack_bf16_rows(&mut scratch.q, d);
     let (scale, dot_v) = (work.q_scale, work.weights_in_bf16);
     if dot_v {
         to_dot_order(&mut state.acc, d);
@@ -148,7 +165,8 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
 }
 
 /// One tile of one KV head, as `avx512.rs`'s `tile` for bf16 KV: the scores
-/// of its `g` query heads (`q`, `[g, d]`, bf16 values; the scores are
+/// of its `g` query heads (`q`, `[g, d]`, bf16 values packed by
+/// [`pack_bf16_rows`]; the scores are
 /// `scale` times their dot products) against the tile's K rows, the
 /// online-softmax update of `m`, `l` and `acc` (`[g, d]`), and the V rows
 /// accumulated: with the weights rounded to bf16 and `acc` in dot order
@@ -211,7 +229,8 @@ unsafe fn tile(
 /// The largest head dim in 32-element chunks (256 / 32).
 const MAX_CHUNKS: usize = 8;
 
-/// Scores of the `H` heads of `q` (`[H, d]`, bf16 values) against the 16 rows
+/// Scores of the `H` heads of `q` (`[H, d]`, each row bf16 values packed by
+/// [`pack_bf16_rows`]) against the 16 rows
 /// of K in `rows` (raw bf16, at least `d` each), times `scale`, written to
 /// `out` (`[H, TILE]`), four rows at a time (`4 * H <= 16` running dot
 /// products).
@@ -238,16 +257,14 @@ unsafe fn scores_heads<const H: usize>(
     {
         return;
     }
-    // The heads' queries as bf16, 32 to a register: exact (`unscaled_bf16_queries`).
+    // The heads' queries, packed bf16 (`pack_bf16_rows`), 32 to a register.
     let mut qb = [[_mm512_setzero_si512(); MAX_CHUNKS]; H];
     for h in 0..H {
         for c in 0..chunks {
-            // SAFETY: `(c + 1) * 32 <= d`, so both loads lie in head `h`'s row of
-            // `q` (`q.len() >= H * d`).
-            let lo = _mm512_loadu_ps(q.as_ptr().add(h * d + 32 * c));
-            let hi = _mm512_loadu_ps(q.as_ptr().add(h * d + 32 * c + 16));
-            // Elements 0-15 from the second operand, 16-31 from the first.
-            qb[h][c] = bh_bits(_mm512_cvtne2ps_pbh(hi, lo));
+            // SAFETY: `(c + 1) * 32 <= d`: the 64 bytes (16 slots) from slot
+            // `16 * c` of head `h`'s row lie in its first `d / 2` slots, in `q`
+            // (`q.len() >= H * d`).
+            qb[h][c] = _mm512_loadu_si512(q.as_ptr().add(h * d + 16 * c) as *const _);
         }
     }
     for r0 in (0..TILE).step_by(R) {
@@ -384,18 +401,11 @@ unsafe fn accumulate_rows_block<const H: usize, const C: usize>(
     }
 }
 
-/// A register of 32 bf16 as plain bits, and back: the same 512 bits.
-#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma,f16c")]
-#[inline]
-unsafe fn bh_bits(x: __m512bh) -> __m512i {
-    // SAFETY: both are 512-bit vector types; every bit pattern is valid in each.
-    std::mem::transmute::<__m512bh, __m512i>(x)
-}
-
+/// A register of plain bits as 32 bf16: the same 512 bits.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma,f16c")]
 #[inline]
 unsafe fn bits_bh(x: __m512i) -> __m512bh {
-    // SAFETY: as in `bh_bits`.
+    // SAFETY: both are 512-bit vector types; every bit pattern is valid in each.
     std::mem::transmute::<__m512i, __m512bh>(x)
 }
 
@@ -459,9 +469,11 @@ mod tests {
             for (r, row) in k_rows.iter_mut().enumerate() {
                 *row = &bytes[r * d * 2..(r + 1) * d * 2];
             }
+            let mut packed = q.clone();
+            pack_bf16_rows(&mut packed, d);
             let mut s = vec![f32::NAN; 3 * TILE];
             // SAFETY: the features were detected above.
-            unsafe { scores_heads::<3>(&q, 0.5, &k_rows, d, &mut s, &mut TilePrefetch::none()) };
+            unsafe { scores_heads::<3>(&packed, 0.5, &k_rows, d, &mut s, &mut TilePrefetch::none()) };
             for (k, &s) in s.iter().enumerate() {
                 let (h, r) = (k / TILE, k % TILE);
                 let exact: f64 = 0.5 * (0..d).map(|j| q[h * d + j] as f64 * rows[r * d + j] as f64).sum::<f64>();
