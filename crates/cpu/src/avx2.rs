@@ -68,13 +68,7 @@ const fn acc_regs(heads: usize) -> usize {
 /// over the tile. A step in every chunk's iteration instead made that
 /// loop's bookkeeping longer than its arithmetic.
 fn prefetch_steps(g: usize, d: usize) -> usize {
-    (0..g)
-        .step_by(4)
-        .map(|h| {
-            let heads = (g - h).min(4);
-            TILE / score_rows(heads) + column_blocks(acc_regs(heads), d)
-        })
-        .sum()
+    kernel::head_groups(g).map(|(_, heads)| TILE / score_rows(heads) + column_blocks(acc_regs(heads), d)).sum()
 }
 
 /// Column blocks [`accumulate_rows`] walks with `regs` registers a head
@@ -171,9 +165,7 @@ unsafe fn tile(
     }
     // Scores of up to four heads at a time: each 8-element K chunk is decoded
     // once into a register and used by every head of the group.
-    let mut h = 0;
-    while h < g {
-        let heads = (g - h).min(4);
+    for (h, heads) in kernel::head_groups(g) {
         let q = &q[h * d..(h + heads) * d];
         let out = &mut s[h * TILE..(h + heads) * TILE];
         match (kv, heads) {
@@ -190,7 +182,6 @@ unsafe fn tile(
             (Elt::Bf16, 3) => scores_heads::<BF16, 3, { score_rows(3) }>(q, k_rows, d, out, pf),
             (Elt::Bf16, _) => scores_heads::<BF16, 4, { score_rows(4) }>(q, k_rows, d, out, pf),
         }
-        h += heads;
     }
     // Lanes of rows past the tile's end (a sequence's last, partial tile).
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -228,9 +219,7 @@ unsafe fn tile(
 
     // V: each 8-element chunk is decoded once into a register and
     // accumulated into up to four heads.
-    let mut h = 0;
-    while h < g {
-        let heads = (g - h).min(4);
+    for (h, heads) in kernel::head_groups(g) {
         let acc = &mut acc[h * d..(h + heads) * d];
         let p = &s[h * TILE..(h + heads) * TILE];
         match (kv, heads) {
@@ -247,7 +236,6 @@ unsafe fn tile(
             (Elt::Bf16, 3) => accumulate_rows::<BF16, 3, { acc_regs(3) }>(acc, p, v_rows, d, pf),
             (Elt::Bf16, _) => accumulate_rows::<BF16, 4, { acc_regs(4) }>(acc, p, v_rows, d, pf),
         }
-        h += heads;
     }
 }
 

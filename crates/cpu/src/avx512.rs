@@ -44,9 +44,8 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
     // of heads scored, one per four rows of each column block of each group
     // of heads accumulated, for each KV head.
     let blocks = d / 64 + (d % 64) / 16;
-    let score_passes: usize = (0..g)
-        .step_by(4)
-        .map(|h| match g - h {
+    let score_passes: usize = kernel::head_groups(g)
+        .map(|(_, heads)| match heads {
             1 => 1,
             2 => 2,
             _ => 4,
@@ -87,9 +86,7 @@ unsafe fn tile(
     }
     // Scores of up to four heads at a time: each 16-element K chunk is
     // decoded once into a register and used by every head of the group.
-    let mut h = 0;
-    while h < g {
-        let heads = (g - h).min(4);
+    for (h, heads) in kernel::head_groups(g) {
         let q = &q[h * d..(h + heads) * d];
         let out = &mut s[h * TILE..(h + heads) * TILE];
         match (kv, heads) {
@@ -106,15 +103,12 @@ unsafe fn tile(
             (Elt::Bf16, 3) => scores_heads::<BF16, 3, 4>(q, k_rows, d, out, pf),
             (Elt::Bf16, _) => scores_heads::<BF16, 4, 4>(q, k_rows, d, out, pf),
         }
-        h += heads;
     }
     online_softmax(s, m, l, acc, n, d);
 
     // V: each 16-element chunk is decoded once into a register and
     // accumulated into up to four heads.
-    let mut h = 0;
-    while h < g {
-        let heads = (g - h).min(4);
+    for (h, heads) in kernel::head_groups(g) {
         let acc = &mut acc[h * d..(h + heads) * d];
         let p = &s[h * TILE..(h + heads) * TILE];
         match (kv, heads) {
@@ -131,7 +125,6 @@ unsafe fn tile(
             (Elt::Bf16, 3) => accumulate_rows::<BF16, 3>(acc, p, v_rows, d, pf),
             (Elt::Bf16, _) => accumulate_rows::<BF16, 4>(acc, p, v_rows, d, pf),
         }
-        h += heads;
     }
 }
 

@@ -193,9 +193,7 @@ unsafe fn tile(
     if l.len() != g || q.len() != g * d || acc.len() != g * d || s.len() != g * TILE || n == 0 || n > TILE {
         return;
     }
-    let mut h = 0;
-    while h < g {
-        let heads = (g - h).min(4);
+    for (h, heads) in kernel::head_groups(g) {
         let q = &q[h * d..(h + heads) * d];
         let out = &mut s[h * TILE..(h + heads) * TILE];
         match heads {
@@ -204,12 +202,9 @@ unsafe fn tile(
             3 => scores_heads::<3>(q, scale, k_rows, d, out, pf),
             _ => scores_heads::<4>(q, scale, k_rows, d, out, pf),
         }
-        h += heads;
     }
     avx512::online_softmax(s, m, l, acc, n, d);
-    let mut h = 0;
-    while h < g {
-        let heads = (g - h).min(4);
+    for (h, heads) in kernel::head_groups(g) {
         let acc = &mut acc[h * d..(h + heads) * d];
         let p = &s[h * TILE..(h + heads) * TILE];
         match (dot_v, heads) {
@@ -222,7 +217,6 @@ unsafe fn tile(
             (false, 3) => avx512::accumulate_rows::<{ avx512::BF16 }, 3>(acc, p, v_rows, d, pf),
             (false, _) => avx512::accumulate_rows::<{ avx512::BF16 }, 4>(acc, p, v_rows, d, pf),
         }
-        h += heads;
     }
 }
 

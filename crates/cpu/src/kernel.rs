@@ -23,6 +23,13 @@ use decode_attn_core::{DType, TILE_TOKENS};
 
 pub(crate) const TILE: usize = TILE_TOKENS as usize;
 
+/// The groups of query heads the SIMD loops serve together, as `(first
+/// head, heads)`: four at a time (a K or V chunk decoded once for all of
+/// them), the last group the rest of the `g`.
+pub(crate) fn head_groups(g: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..g).step_by(4).map(move |h| (h, (g - h).min(4)))
+}
+
 /// The element types this backend reads and writes, resolved once per call so
 /// that the hot loop matches on a closed set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
