@@ -161,7 +161,13 @@ fn plan(args: PlanArgs) -> CliResult<ExitCode> {
     }
     let problem = DecodeProblem::new(shape, DTypes::uniform(args.dtype), args.layout, seq_lens)?;
     let gpu = DeviceProps::gpu_like_for(args.sms, &problem);
-    let device = DeviceProps { mem_bandwidth_gbps: args.gbps.unwrap_or(gpu.mem_bandwidth_gbps), ..gpu };
+    let gbps = args.gbps.unwrap_or(gpu.mem_bandwidth_gbps);
+    let device = DeviceProps {
+        mem_bandwidth_gbps: gbps,
+        // As the CUDA backend scales it: a lone CTA's share of a multiprocessor grows as the memory slows.
+        lone_cta_share: decode_attn::lone_cta_share_at(gpu.lone_cta_share, gbps),
+        ..gpu
+    };
     let plan = decode_attn::plan(&problem, args.policy, &device)?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&plan)?);

@@ -16,6 +16,41 @@ pub const GPU_REDUCE_CTA_GBPS: f64 = 26.0;
 /// (one CTA per SM) against 67.7 us with 32 (two per SM).
 pub const GPU_LONE_CTA_SHARE: f64 = 0.95;
 
+/// The streaming bandwidth, GB/s, at which the CTA figures here were
+/// measured: what the CUDA backend derives on an H200 (0.9 of the peak its
+/// memory clock gives).
+pub const GPU_FIT_GBPS: f64 = 4320.0;
+
+/// The most of a multiprocessor's bandwidth [`lone_cta_share_at`] grants one
+/// CTA alone on it, however slow the memory. s36, H100: with no ceiling (a
+/// share of 1) `auto` planned 28 shapes of four models 1.4% faster than
+/// with the H200's 0.95 (geometric mean) but up to 0.8% slower on 70B at
+/// TP=8, B = 16 and 64 (one CTA per multiprocessor, each running four warp
+/// splits, against two CTAs); 0.97 is the largest ceiling under which no
+/// shape of the 28 was slower, and there it picks what planning with the
+/// H200's bandwidth picks (1.3% faster in all, none slower:
+/// docs/measurements/2026-12-05-s36-h100-call3/). Fitted on those shapes;
+/// nothing held out.
+pub const GPU_LONE_CTA_SHARE_MAX: f64 = 0.97;
+
+/// [`DeviceProps::lone_cta_share`] on a GPU that streams `gbps`, from
+/// `share_at_fit`, the share measured at [`GPU_FIT_GBPS`]. What one CTA
+/// reaches alone is its own rate (its bytes in flight over the memory
+/// latency), about the same on an H100's multiprocessor as on an H200's; a
+/// slower memory gives each multiprocessor less bandwidth, so the lone CTA's
+/// share of it grows, up to [`GPU_LONE_CTA_SHARE_MAX`]. s36, H100 (3020 GB/s
+/// derived): Llama-3-8B, B = 16, s = 4096 took 89.0 us unsplit (128 CTAs,
+/// one per multiprocessor), which the H200's share (0.95) estimated at 96.5
+/// us, so `auto` ran 2 splits there (92.0 us). On a memory at least as fast
+/// as the fit's the share is kept as measured (nothing faster was timed),
+/// and a share already above the ceiling is not lowered to it.
+pub fn lone_cta_share_at(share_at_fit: f64, gbps: f64) -> f64 {
+    if !(gbps.is_finite() && gbps > 0.0) || gbps >= GPU_FIT_GBPS {
+        return share_at_fit;
+    }
+    (share_at_fit * GPU_FIT_GBPS / gbps).min(GPU_LONE_CTA_SHARE_MAX.max(share_at_fit))
+}
+
 /// [`DeviceProps::lone_cta_share`] of the CUDA stream kernel (CUDA cores; what
 /// `auto` runs for f32, head_dim 192 and head_dim 256 before sm_90) on an
 /// H200, where three of its CTAs fit on a multiprocessor: it is bound by
@@ -125,7 +160,7 @@ impl DeviceProps {
             // clocks give): with it, `decode-attn plan` cuts ragged batches
             // as the H200 does (s26: 4500 cut 64 lengths from 128 to 8192
             // in 2736-token chunks, 4.5% slower there than the device's 1648).
-            mem_bandwidth_gbps: 4320.0,
+            mem_bandwidth_gbps: GPU_FIT_GBPS,
             launch_overhead_us: 2.0,
             reduce_cta_gbps: GPU_REDUCE_CTA_GBPS,
             tiles_per_cta_step: 4,

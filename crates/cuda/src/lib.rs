@@ -596,7 +596,7 @@ impl CudaBackend {
                 reduce_cta_gbps: decode_attn_core::GPU_REDUCE_CTA_GBPS,
                 // Set below from the kernel in use, as ctas_per_sm is.
                 tiles_per_cta_step: 1,
-                lone_cta_share: GPU_LONE_CTA_SHARE,
+                lone_cta_share: decode_attn_core::lone_cta_share_at(GPU_LONE_CTA_SHARE, mem_bandwidth_gbps),
                 max_query_heads_per_cta: 0,
                 empty_cta_us: decode_attn_core::GPU_EMPTY_CTA_US,
                 splits_per_cta: 1,
@@ -902,6 +902,9 @@ impl CudaBackend {
             // Not measured: these two are opt-in kernels, not `Auto`'s.
             DecodeKernel::Staged | DecodeKernel::KvGrid => (1, GPU_LONE_CTA_SHARE, 1, None),
         };
+        // The shares were measured on an H200; a lone CTA gets more of a
+        // slower memory's multiprocessor (`lone_cta_share_at`).
+        let lone_cta_share = decode_attn_core::lone_cta_share_at(lone_cta_share, self.props.mem_bandwidth_gbps);
         let launch = self.launches(problem, 1, 1);
         let ctas_per_sm = self
             .function(&launch.main, launch.shared_mem_bytes)?

@@ -695,3 +695,37 @@ fn auto_cuts_plans_of_equal_lengths_by_the_batch_where_the_kernel_can() {
     assert!(warp_split.splits_per_cta > 1 && !warp_split.rule.is_batch(), "{warp_split}");
     assert!(!plan(&llama3_8b(64, 65536), Policy::Fixed { splits: 4 }, &gpu).unwrap().rule.is_batch());
 }
+
+/// A lone CTA's share grows as the memory slows, up to the ceiling, and is
+/// left as measured on a memory as fast as the fit's or faster.
+#[test]
+fn the_lone_cta_share_follows_the_bandwidth() {
+    use crate::{
+        lone_cta_share_at, GPU_FIT_GBPS, GPU_LONE_CTA_SHARE, GPU_LONE_CTA_SHARE_MAX, GPU_STREAM_LONE_CTA_SHARE,
+    };
+    assert_eq!(lone_cta_share_at(GPU_LONE_CTA_SHARE, GPU_FIT_GBPS), GPU_LONE_CTA_SHARE);
+    assert_eq!(lone_cta_share_at(GPU_LONE_CTA_SHARE, 8000.0), GPU_LONE_CTA_SHARE);
+    // An H100 SXM: 0.95 * 4320 / 3020 = 1.36, held at the ceiling.
+    assert_eq!(lone_cta_share_at(GPU_LONE_CTA_SHARE, 3020.0), GPU_LONE_CTA_SHARE_MAX);
+    let stream = lone_cta_share_at(GPU_STREAM_LONE_CTA_SHARE, 3020.0);
+    assert!((stream - 0.55 * 4320.0 / 3020.0).abs() < 1e-12, "{stream}");
+    assert_eq!(lone_cta_share_at(1.0, 3020.0), 1.0);
+    for gbps in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        assert_eq!(lone_cta_share_at(GPU_LONE_CTA_SHARE, gbps), GPU_LONE_CTA_SHARE, "{gbps}");
+    }
+}
+
+/// With the H100's bandwidth and the share that follows it, Llama-3-8B at
+/// B = 16, s = 4096 is planned unsplit, as on the H200 (s36, H100: 89.0 us
+/// unsplit against 92.0 us with the 2 splits the H200's share chose there).
+#[test]
+fn an_h100_plans_8b_batch_16_unsplit() {
+    let h100 = DeviceProps {
+        mem_bandwidth_gbps: 3020.0,
+        lone_cta_share: crate::lone_cta_share_at(crate::GPU_LONE_CTA_SHARE, 3020.0),
+        ..h200()
+    };
+    let unscaled = DeviceProps { lone_cta_share: crate::GPU_LONE_CTA_SHARE, ..h100.clone() };
+    assert_eq!(plan(&llama3_8b(16, 4096), Policy::Auto, &h100).unwrap().grid, [16, 8, 1]);
+    assert_eq!(plan(&llama3_8b(16, 4096), Policy::Auto, &unscaled).unwrap().grid, [16, 8, 2]);
+}
