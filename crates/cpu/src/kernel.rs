@@ -639,6 +639,15 @@ pub(crate) fn for_each_head_tile<'a>(
 ///
 /// A step runs in the hot loops, so it is kept to a compare, a prefetch and
 /// an add: the rows' addresses are worked out once, in [`TilePrefetch::new`].
+///
+/// The hint is T1 (the outer caches), not T0: a tile is 8 KiB of bf16 K
+/// and V per KV head, so an item of four of Llama-3-8B's heads reads 32 KiB
+/// a tile, and the tile being computed plus two ahead at T0 are more than a
+/// 48 KiB L1 holds. s36, Zen 4
+/// (2 vCPUs), `bench --backend cpu`, B = 1 and 4, s = 16384 and 65536,
+/// alternated three times: bf16 8B 91-112% of copy against 64-70% at T0,
+/// 70B at TP=8 (8 KiB a tile) 48-67% against 44-59%; f16 8B 64-79% against
+/// 54-62%, 70B 34-43% against 30-40% (docs/measurements/2026-12-05-s36-cpu-read/).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) struct TilePrefetch<'a> {
     /// Where each row's run of bytes starts: the tile's K rows, then its V
@@ -721,8 +730,8 @@ impl<'a> TilePrefetch<'a> {
             // writes (the line is inside a run `new` checked anyway); SSE,
             // which `_mm_prefetch` needs, is part of the x86-64 baseline.
             unsafe {
-                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                _mm_prefetch::<_MM_HINT_T0>(self.line as *const i8);
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+                _mm_prefetch::<_MM_HINT_T1>(self.line as *const i8);
             }
             self.line = self.line.wrapping_add(64);
         }
