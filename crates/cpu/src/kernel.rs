@@ -647,7 +647,7 @@ pub(crate) fn for_each_head_tile<'a>(
 /// (2 vCPUs), `bench --backend cpu`, B = 1 and 4, s = 16384 and 65536,
 /// alternated three times: bf16 8B 91-112% of copy against 64-70% at T0,
 /// 70B at TP=8 (8 KiB a tile) 48-67% against 44-59%; f16 8B 64-79% against
-/// 54-62%, 70B 34-43% against 30-40% (docs/measurements/2026-12-05-s36-cpu-read/).
+/// 54-62%, 70B 34-44% against 30-40% (docs/measurements/2026-12-05-s36-cpu-read/).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) struct TilePrefetch<'a> {
     /// Where each row's run of bytes starts: the tile's K rows, then its V
