@@ -190,7 +190,7 @@ unsafe fn tile(
 ) {
     let g = m.len();
     let n = v_rows.len();
-    if l.len() != g || q.len() != g * d || acc.len() != g * d || s.len() != g * TILE || n == 0 || n > TILE {
+    if !kernel::tile_fits(q, m, l, acc, s, n, d) {
         return;
     }
     for (h, heads) in kernel::head_groups(g) {

@@ -30,6 +30,17 @@ pub(crate) fn head_groups(g: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..g).step_by(4).map(move |h| (h, (g - h).min(4)))
 }
 
+/// Whether the slices a SIMD loop's `tile` gets agree with its `g = m.len()`
+/// query heads and head dim `d`: `q` and `acc` `[g, d]`, `l` `[g]`, the
+/// scores `s` `[g, TILE]`, and `1..=TILE` valid rows. The loops index with
+/// unchecked SIMD loads inside these bounds, so a tile that fails this does
+/// nothing.
+#[inline(always)]
+pub(crate) fn tile_fits(q: &[f32], m: &[f32], l: &[f32], acc: &[f32], s: &[f32], valid_rows: usize, d: usize) -> bool {
+    let g = m.len();
+    l.len() == g && q.len() == g * d && acc.len() == g * d && s.len() == g * TILE && (1..=TILE).contains(&valid_rows)
+}
+
 /// The element types this backend reads and writes, resolved once per call so
 /// that the hot loop matches on a closed set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
