@@ -654,7 +654,7 @@ pub(crate) fn for_each_head_tile<'a>(
 /// The hint is T1 (the outer caches), not T0: a tile is 8 KiB of bf16 K
 /// and V per KV head, so an item of four of Llama-3-8B's heads reads 32 KiB
 /// a tile, and the tile being computed plus two ahead at T0 are more than a
-/// 48 KiB L1 holds. s36, Zen 4
+/// 32 KiB L1 (Zen 4's) holds. s36, Zen 4
 /// (2 vCPUs), `bench --backend cpu`, B = 1 and 4, s = 16384 and 65536,
 /// alternated three times: bf16 8B 91-112% of copy against 64-70% at T0,
 /// 70B at TP=8 (8 KiB a tile) 48-67% against 44-59%; f16 8B 64-79% against
