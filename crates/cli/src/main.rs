@@ -92,8 +92,10 @@ struct PlanArgs {
     #[arg(long, default_value_t = 132)]
     sms: u32,
     /// Streaming bandwidth of the GPU planned for, GB/s (default: what the
-    /// CUDA backend derives on an H200; an H100 SXM gives about 3020). `auto`
-    /// splits by it, so the two GPUs' plans differ on some shapes.
+    /// CUDA backend derives on an H200, 4320). As the CUDA backend does,
+    /// `auto` plans with no less than that: a slower GPU (an H100 SXM, about
+    /// 3020) gets the H200's plans, which were faster there; a faster one is
+    /// split by its own figure.
     #[arg(long, value_parser = parse_gbps)]
     gbps: Option<f64>,
     /// auto | vllm | vllm:batch-invariant | sglang[:N] | fixed:N | deterministic:TILE
@@ -161,11 +163,9 @@ fn plan(args: PlanArgs) -> CliResult<ExitCode> {
     }
     let problem = DecodeProblem::new(shape, DTypes::uniform(args.dtype), args.layout, seq_lens)?;
     let gpu = DeviceProps::gpu_like_for(args.sms, &problem);
-    let gbps = args.gbps.unwrap_or(gpu.mem_bandwidth_gbps);
+    // As the CUDA backend plans a device that derives `gbps`.
     let device = DeviceProps {
-        mem_bandwidth_gbps: gbps,
-        // As the CUDA backend scales it: a lone CTA's share of a multiprocessor grows as the memory slows.
-        lone_cta_share: decode_attn::lone_cta_share_at(gpu.lone_cta_share, gbps),
+        mem_bandwidth_gbps: decode_attn::gpu_plan_gbps(args.gbps.unwrap_or(gpu.mem_bandwidth_gbps)),
         ..gpu
     };
     let plan = decode_attn::plan(&problem, args.policy, &device)?;

@@ -178,15 +178,16 @@ fn bench_planned_for_longer_sequences_runs_checked_rows_at_the_shapes_lengths() 
     assert!(!refused.status.success() && stderr.contains("--plan-seq-len 299 is shorter"), "{stderr}");
 }
 
-/// `plan --gbps` plans for another GPU's bandwidth: 4133 tokens of 8B, as
-/// an H100 (about 3020 GB/s) planned them on the device in s35, get 33 CTA
-/// splits; the default (an H200's figure) 13 CTAs of a split per warp. A
-/// bandwidth that is not a positive number is refused, quoted.
+/// `plan --gbps` plans for another GPU's bandwidth as the CUDA backend
+/// would: a slower one (an H100, about 3020 GB/s) as an H200 (4320), whose
+/// plans were faster there (s37), so 70B at TP=8, s = 4096 keeps the H200's
+/// 64 CTAs; a faster one (8000) by its own figure, 32. A bandwidth that is
+/// not a positive number is refused, quoted.
 #[test]
 fn plan_takes_the_bandwidth_of_the_gpu_it_plans_for() {
     let grid = |extra: &[&str]| -> String {
         let output = Command::new(BINARY)
-            .args(["plan", "--model", "llama3-8b", "--seq-len", "4133"])
+            .args(["plan", "--model", "llama3-70b-tp8", "--seq-len", "4096"])
             .args(extra)
             .output()
             .expect("run decode-attn plan");
@@ -194,12 +195,14 @@ fn plan_takes_the_bandwidth_of_the_gpu_it_plans_for() {
         assert!(output.status.success(), "plan failed:\n{stdout}{}", String::from_utf8_lossy(&output.stderr));
         stdout.lines().find(|l| l.starts_with("grid")).unwrap_or_else(|| panic!("no grid line:\n{stdout}")).to_string()
     };
-    assert!(grid(&[]).starts_with("grid        (1, 8, 13) = 104 CTAs"), "{}", grid(&[]));
-    assert!(
-        grid(&["--gbps", "3020"]).starts_with("grid        (1, 8, 33) = 264 CTAs"),
-        "{}",
-        grid(&["--gbps", "3020"])
-    );
+    for (extra, ctas) in [
+        (&[][..], "(1, 1, 64) = 64 CTAs"),
+        (&["--gbps", "3020"][..], "(1, 1, 64) = 64 CTAs"),
+        (&["--gbps", "8000"][..], "(1, 1, 32) = 32 CTAs"),
+    ] {
+        let line = grid(extra);
+        assert!(line.starts_with(&format!("grid        {ctas}")), "{extra:?}: {line}");
+    }
     let refused = Command::new(BINARY)
         .args(["plan", "--model", "llama3-8b", "--seq-len", "4133", "--gbps", "0"])
         .output()

@@ -21,34 +21,26 @@ pub const GPU_LONE_CTA_SHARE: f64 = 0.95;
 /// memory clock gives).
 pub const GPU_FIT_GBPS: f64 = 4320.0;
 
-/// The most of a multiprocessor's bandwidth [`lone_cta_share_at`] grants one
-/// CTA alone on it, however slow the memory. s36, H100: with no ceiling (a
-/// share of 1) `auto` planned 28 shapes of four models 1.4% faster than
-/// with the H200's 0.95 (geometric mean) but up to 0.8% slower on 70B at
-/// TP=8, B = 16 and 64 (one CTA per multiprocessor, each running four warp
-/// splits, against two CTAs); 0.97 is the largest ceiling under which no
-/// shape of the 28 was slower, and there it picks what planning with the
-/// H200's bandwidth picks (1.3% faster in all, none slower:
-/// docs/measurements/2026-12-05-s36-h100-call3/). Fitted on those shapes;
-/// nothing held out.
-pub const GPU_LONE_CTA_SHARE_MAX: f64 = 0.97;
-
-/// [`DeviceProps::lone_cta_share`] on a GPU that streams `gbps`, from
-/// `share_at_fit`, the share measured at [`GPU_FIT_GBPS`]. What one CTA
-/// reaches alone is its own rate (its bytes in flight over the memory
-/// latency), about the same on an H100's multiprocessor as on an H200's; a
-/// slower memory gives each multiprocessor less bandwidth, so the lone CTA's
-/// share of it grows, up to [`GPU_LONE_CTA_SHARE_MAX`]. s36, H100 (3020 GB/s
-/// derived): Llama-3-8B, B = 16, s = 4096 took 89.0 us unsplit (128 CTAs,
-/// one per multiprocessor), which the H200's share (0.95) estimated at 96.5
-/// us, so `auto` ran 2 splits there (92.0 us). On a memory at least as fast
-/// as the fit's the share is kept as measured (nothing faster was timed),
-/// and a share already above the ceiling is not lowered to it.
-pub fn lone_cta_share_at(share_at_fit: f64, gbps: f64) -> f64 {
-    if !(gbps.is_finite() && gbps > 0.0) || gbps >= GPU_FIT_GBPS {
-        return share_at_fit;
+/// The bandwidth `auto` plans a CUDA GPU with, from the figure `derived`
+/// from its memory clock: at least [`GPU_FIT_GBPS`]. The planner's constants
+/// (the lone-CTA shares, the reducer's rate, the fixed costs) were fitted on
+/// an H200 at that figure, and a slower GPU planned with its own figure
+/// picks worse plans. s36, H100 (3020 GB/s derived): the H200's plans took
+/// 0.987 of the H100's own plans' time on 28 shapes (geometric mean). s36
+/// then scaled the lone-CTA share by the bandwidth, capped so that it
+/// reproduced the H200's plans on those 28; on 89 shapes held out from that
+/// fit (eleven models, B 1-256; s37 calls 1 and 3) the H100's plans were
+/// still slower than the H200's: 1.033 and 1.062 of their time (geometric
+/// means of 40 and 49 shapes; worst 2.24, falcon-7b B = 32 s = 512, 4 splits
+/// against 1; best 0.889; docs/measurements/2026-12-05-s37-h100-call1/ and
+/// -call3/). A faster memory keeps its own figure: nothing faster was timed.
+/// A figure that is not a positive number gives [`GPU_FIT_GBPS`].
+pub fn gpu_plan_gbps(derived: f64) -> f64 {
+    if derived.is_finite() && derived > GPU_FIT_GBPS {
+        derived
+    } else {
+        GPU_FIT_GBPS
     }
-    (share_at_fit * GPU_FIT_GBPS / gbps).min(GPU_LONE_CTA_SHARE_MAX.max(share_at_fit))
 }
 
 /// [`DeviceProps::lone_cta_share`] of the CUDA stream kernel (CUDA cores; what

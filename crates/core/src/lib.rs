@@ -29,9 +29,9 @@ pub mod shape;
 pub mod synth;
 
 pub use backend::{
-    lone_cta_share_at, CheckedArgs, DecodeArgs, DecodeAttention, DeviceBuffer, DeviceProps, KvIndexBuffers, MergeArgs,
-    GPU_EMPTY_CTA_US, GPU_FIT_GBPS, GPU_LONE_CTA_SHARE, GPU_LONE_CTA_SHARE_MAX, GPU_REDUCE_CTA_GBPS,
-    GPU_REDUCE_WAIT_US, GPU_STREAM_LONE_CTA_SHARE,
+    gpu_plan_gbps, CheckedArgs, DecodeArgs, DecodeAttention, DeviceBuffer, DeviceProps, KvIndexBuffers, MergeArgs,
+    GPU_EMPTY_CTA_US, GPU_FIT_GBPS, GPU_LONE_CTA_SHARE, GPU_REDUCE_CTA_GBPS, GPU_REDUCE_WAIT_US,
+    GPU_STREAM_LONE_CTA_SHARE,
 };
 pub use dtype::DType;
 pub use error::{Error, Result};

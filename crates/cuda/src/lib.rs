@@ -199,9 +199,11 @@ pub struct CudaOptions {
     pub batch_rule: BatchRule,
     /// The streaming bandwidth (GB/s) `auto` plans for; `None`, the default,
     /// takes 0.9 of the peak the device's memory clock and bus width give
-    /// (about 4330 on an H200, 3000 on an H100). For A/B timing of plans
-    /// across devices: the split counts `auto` picks depend on it (s35: the
-    /// H100 plans some shapes with twice or half the H200's splits).
+    /// (about 4330 on an H200), but no less than the H200's figure
+    /// ([`decode_attn_core::gpu_plan_gbps`]): an H100 (about 3020) is
+    /// planned as an H200, whose plans were faster there (s36, s37). For
+    /// A/B timing of plans across devices: the split counts `auto` picks
+    /// depend on it (`Some(3020.0)` gives an H100's own plans).
     pub plan_bandwidth_gbps: Option<f64>,
 }
 
@@ -581,7 +583,7 @@ impl CudaBackend {
         let bus_bits = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).unwrap_or(0) as f64;
         let peak_gbps = clock_khz * 1e3 * 2.0 * bus_bits / 8.0 / 1e9;
         let derived_gbps = if peak_gbps > 0.0 { 0.9 * peak_gbps } else { 2000.0 };
-        let mem_bandwidth_gbps = options.plan_bandwidth_gbps.unwrap_or(derived_gbps);
+        let mem_bandwidth_gbps = options.plan_bandwidth_gbps.unwrap_or(decode_attn_core::gpu_plan_gbps(derived_gbps));
         let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let programmatic_launch = if major >= 9 { options.programmatic_launch } else { ProgrammaticLaunch::Off };
         let max_shared_per_cta =
@@ -596,7 +598,7 @@ impl CudaBackend {
                 reduce_cta_gbps: decode_attn_core::GPU_REDUCE_CTA_GBPS,
                 // Set below from the kernel in use, as ctas_per_sm is.
                 tiles_per_cta_step: 1,
-                lone_cta_share: decode_attn_core::lone_cta_share_at(GPU_LONE_CTA_SHARE, mem_bandwidth_gbps),
+                lone_cta_share: GPU_LONE_CTA_SHARE,
                 max_query_heads_per_cta: 0,
                 empty_cta_us: decode_attn_core::GPU_EMPTY_CTA_US,
                 splits_per_cta: 1,
@@ -902,9 +904,6 @@ impl CudaBackend {
             // Not measured: these two are opt-in kernels, not `Auto`'s.
             DecodeKernel::Staged | DecodeKernel::KvGrid => (1, GPU_LONE_CTA_SHARE, 1, None),
         };
-        // The shares were measured on an H200; a lone CTA gets more of a
-        // slower memory's multiprocessor (`lone_cta_share_at`).
-        let lone_cta_share = decode_attn_core::lone_cta_share_at(lone_cta_share, self.props.mem_bandwidth_gbps);
         let launch = self.launches(problem, 1, 1);
         let ctas_per_sm = self
             .function(&launch.main, launch.shared_mem_bytes)?

@@ -58,10 +58,12 @@ use decode_attn_core::DeviceBuffer;
 
 /// `auto`'s plan for `problem` on this backend's kernel as an H200 would make
 /// it (132 multiprocessors and the bandwidth the backend derives there):
-/// `auto` weighs a device's bandwidth, so on an H100 it plans some of these
-/// tests' shapes without the warp splits or short counts they are about
-/// (s35: 33 CTA splits for 4133 tokens where the H200 takes 16 of 4 warps).
-/// Any GPU runs the plan; it is the kernels' correctness on it under test.
+/// `auto` weighs a device's bandwidth, so a GPU with other figures may plan
+/// some of these tests' shapes without the warp splits or short counts they
+/// are about (s35: an H100 then planned 33 CTA splits for 4133 tokens where
+/// the H200 takes 16 of 4 warps; since s37 it plans as an H200, and faster
+/// GPUs, or fewer multiprocessors, still plan by their own). Any GPU runs
+/// the plan; it is the kernels' correctness on it under test.
 fn plan_as_on_an_h200(backend: &CudaBackend, problem: &DecodeProblem) -> decode_attn_core::Plan {
     let h200 = decode_attn_core::DeviceProps::gpu_like(132);
     let props = decode_attn_core::DeviceProps {

@@ -696,36 +696,42 @@ fn auto_cuts_plans_of_equal_lengths_by_the_batch_where_the_kernel_can() {
     assert!(!plan(&llama3_8b(64, 65536), Policy::Fixed { splits: 4 }, &gpu).unwrap().rule.is_batch());
 }
 
-/// A lone CTA's share grows as the memory slows, up to the ceiling, and is
-/// left as measured on a memory as fast as the fit's or faster.
+/// A CUDA GPU is planned with at least the H200's figure; a faster memory
+/// keeps its own, and a figure that is not a positive number gives the
+/// H200's.
 #[test]
-fn the_lone_cta_share_follows_the_bandwidth() {
-    use crate::{
-        lone_cta_share_at, GPU_FIT_GBPS, GPU_LONE_CTA_SHARE, GPU_LONE_CTA_SHARE_MAX, GPU_STREAM_LONE_CTA_SHARE,
-    };
-    assert_eq!(lone_cta_share_at(GPU_LONE_CTA_SHARE, GPU_FIT_GBPS), GPU_LONE_CTA_SHARE);
-    assert_eq!(lone_cta_share_at(GPU_LONE_CTA_SHARE, 8000.0), GPU_LONE_CTA_SHARE);
-    // An H100 SXM: 0.95 * 4320 / 3020 = 1.36, held at the ceiling.
-    assert_eq!(lone_cta_share_at(GPU_LONE_CTA_SHARE, 3020.0), GPU_LONE_CTA_SHARE_MAX);
-    let stream = lone_cta_share_at(GPU_STREAM_LONE_CTA_SHARE, 3020.0);
-    assert!((stream - 0.55 * 4320.0 / 3020.0).abs() < 1e-12, "{stream}");
-    assert_eq!(lone_cta_share_at(1.0, 3020.0), 1.0);
+fn a_gpu_is_planned_with_at_least_the_fits_bandwidth() {
+    use crate::{gpu_plan_gbps, GPU_FIT_GBPS};
+    assert_eq!(gpu_plan_gbps(3020.0), GPU_FIT_GBPS);
+    assert_eq!(gpu_plan_gbps(GPU_FIT_GBPS), GPU_FIT_GBPS);
+    assert_eq!(gpu_plan_gbps(8000.0), 8000.0);
     for gbps in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-        assert_eq!(lone_cta_share_at(GPU_LONE_CTA_SHARE, gbps), GPU_LONE_CTA_SHARE, "{gbps}");
+        assert_eq!(gpu_plan_gbps(gbps), GPU_FIT_GBPS, "{gbps}");
     }
 }
 
-/// With the H100's bandwidth and the share that follows it, Llama-3-8B at
-/// B = 16, s = 4096 is planned unsplit, as on the H200 (s36, H100: 89.0 us
-/// unsplit against 92.0 us with the 2 splits the H200's share chose there).
+/// An H100 (3020 GB/s derived) is planned as an H200. With its own figure
+/// `auto` split Llama-3-8B B = 16, s = 4096 in 2 (92.0 us on the H100, s36;
+/// 89.0 unsplit) and Falcon-7B B = 32, s = 512 in 4 (20.34 us, s37 call 3;
+/// 9.09 unsplit).
 #[test]
-fn an_h100_plans_8b_batch_16_unsplit() {
-    let h100 = DeviceProps {
-        mem_bandwidth_gbps: 3020.0,
-        lone_cta_share: crate::lone_cta_share_at(crate::GPU_LONE_CTA_SHARE, 3020.0),
-        ..h200()
+fn an_h100_is_planned_as_an_h200() {
+    let own = DeviceProps { mem_bandwidth_gbps: 3020.0, ..h200() };
+    let floored = DeviceProps { mem_bandwidth_gbps: crate::gpu_plan_gbps(3020.0), ..h200() };
+    let falcon = |b: usize, s: u32| {
+        DecodeProblem::new(
+            AttentionShape::new(71, 1, 64).unwrap(),
+            DTypes::uniform(DType::Bf16),
+            KvLayout::block_table(16),
+            vec![s; b],
+        )
+        .unwrap()
     };
-    let unscaled = DeviceProps { lone_cta_share: crate::GPU_LONE_CTA_SHARE, ..h100.clone() };
-    assert_eq!(plan(&llama3_8b(16, 4096), Policy::Auto, &h100).unwrap().grid, [16, 8, 1]);
-    assert_eq!(plan(&llama3_8b(16, 4096), Policy::Auto, &unscaled).unwrap().grid, [16, 8, 2]);
+    for (problem, own_splits) in [(llama3_8b(16, 4096), 2), (falcon(32, 512), 4)] {
+        let own = plan(&problem, Policy::Auto, &own).unwrap();
+        let floored = plan(&problem, Policy::Auto, &floored).unwrap();
+        assert_eq!(own.grid[2], own_splits, "{own}");
+        assert_eq!(floored.grid[2], 1, "{floored}");
+        assert_eq!(floored.grid, plan(&problem, Policy::Auto, &h200()).unwrap().grid);
+    }
 }
