@@ -581,9 +581,10 @@ impl CudaBackend {
         // streaming reaches about 90% of it.
         let clock_khz = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE).unwrap_or(0) as f64;
         let bus_bits = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).unwrap_or(0) as f64;
+        // An unknown clock (0) gives the H200's figure, as any slower one does.
         let peak_gbps = clock_khz * 1e3 * 2.0 * bus_bits / 8.0 / 1e9;
-        let derived_gbps = if peak_gbps > 0.0 { 0.9 * peak_gbps } else { 2000.0 };
-        let mem_bandwidth_gbps = options.plan_bandwidth_gbps.unwrap_or(decode_attn_core::gpu_plan_gbps(derived_gbps));
+        let mem_bandwidth_gbps =
+            options.plan_bandwidth_gbps.unwrap_or(decode_attn_core::gpu_plan_gbps(0.9 * peak_gbps));
         let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let programmatic_launch = if major >= 9 { options.programmatic_launch } else { ProgrammaticLaunch::Off };
         let max_shared_per_cta =

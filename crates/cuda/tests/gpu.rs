@@ -69,9 +69,6 @@ fn plan_as_on_an_h200(backend: &CudaBackend, problem: &DecodeProblem) -> decode_
     let props = decode_attn_core::DeviceProps {
         num_sms: h200.num_sms,
         mem_bandwidth_gbps: h200.mem_bandwidth_gbps,
-        // The tensor-core kernel's share at the H200's bandwidth (these
-        // tests' problems are bf16, d = 128).
-        lone_cta_share: h200.lone_cta_share,
         ..backend.props_for(problem).unwrap()
     };
     decode_attn_core::plan(problem, Policy::Auto, &props).unwrap()
