@@ -1,0 +1,218 @@
+// layout_probe.cu: on the large shapes where dense SDPA reads 2-3% faster
+// than our paged kernel, how much of that is the KV's layout, and how much
+// is the grid's fit to the machine?
+//
+// The copy pipeline alone (no math), as bulk_copy_probe.cu's `cp.async`
+// mode and decode_mma.cuh copy: 4 warps, each taking every 4th 16-token
+// tile of its CTA into its own 3-stage ring, two 16-byte chunks of a
+// 256-byte row per lane, 96 KiB of ring (two CTAs per SM). Only where the
+// rows of a tile live, and how tiles are dealt to CTAs, differ:
+//   nhd-shuf   vLLM's pool [slot][kv_head][d], 16-token blocks shuffled
+//              over the pool (our benchmarks' and the peers' KV): a
+//              head's rows of one block are 256 B apart by num_kv_heads*256;
+//   nhd-order  the same pool, blocks in order;
+//   hnd-shuf   FlashInfer's HND pool [block][kv_head][16][d], shuffled: a
+//              (block, head)'s 16 rows are 4 KiB in one piece;
+//   dense      SDPA's [seq][kv_head][s][d]: a (sequence, head) is one run;
+//   stream-k   nhd-shuf, but the grid is 2 CTAs per SM and the tiles of all
+//              (sequence, head) pairs, laid end to end, are cut into equal
+//              ranges, one per CTA (a range may cross pairs); the
+//              decode grid's (sequence, head, split) leaves slots idle
+//              where its CTA count is not a multiple of the SMs'.
+// The decode grids use the splits `auto` plans on the H200 for the shape.
+// Timing: a CUDA graph of 8 calls cycling over copies of the pool (at least
+// 1 GiB in all), device events, median of 5 replays; %copy against the
+// device-to-device copy of 1 GiB measured in the same run.
+//
+// Not part of the library or CI. On the GPU machine:
+//   nvcc -O3 -std=c++17 -arch=sm_90 -o layout kernels/cuda/probe/layout_probe.cu && ./layout
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "probe_check.h"
+#include "probe_timing.h"
+
+constexpr int WARPS = 4, TILE = 16, ROW_BYTES = 256, STAGES = 3;
+constexpr int TILE_BYTES = 2 * TILE * ROW_BYTES;  // K then V
+constexpr int RING_BYTES = 98304;
+
+// Where row r of tile t of (sequence b, head h) lives, in bytes from the
+// pool's K (the same offset in V):
+//   entry = table[per_head ? (b * heads + h) * tiles + t : b * tiles + t]
+//   entry * block_bytes + h * head_bytes + r * row_bytes
+struct Where {
+    const int* table;
+    int per_head;
+    long long block_bytes, head_bytes, row_bytes;
+};
+struct Args {
+    const char* k;
+    const char* v;
+    Where where;
+    int num_seqs, num_kv_heads, tiles_per_seq, num_splits;
+    int stream_k;  // 1: blockIdx.x is a CTA's range of the flattened tiles
+    unsigned* sink;
+};
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+
+__global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    // This CTA's tiles, as a range of the flattened (sequence, head, tile) index.
+    long long begin, end;
+    const long long pair_tiles = a.tiles_per_seq;
+    if (a.stream_k) {
+        const long long total = (long long)a.num_seqs * a.num_kv_heads * pair_tiles;
+        begin = total * blockIdx.x / gridDim.x;
+        end = total * (blockIdx.x + 1) / gridDim.x;
+    } else {
+        const long long pair = (long long)blockIdx.x * a.num_kv_heads + blockIdx.y;
+        const int per_split = (a.tiles_per_seq + a.num_splits - 1) / a.num_splits;
+        const int first = blockIdx.z * per_split;
+        begin = pair * pair_tiles + first;
+        end = pair * pair_tiles + min(a.tiles_per_seq, first + per_split);
+    }
+    unsigned char* ring = smem + warp * STAGES * TILE_BYTES;
+    const unsigned ring_s = smem_addr(ring);
+    const Where w = a.where;
+    auto issue = [&](long long flat, int stage) {
+        if (flat < end) {
+            const long long pair = flat / pair_tiles;
+            const int tile = (int)(flat - pair * pair_tiles);
+            const int b = (int)(pair / a.num_kv_heads), h = (int)(pair - (long long)b * a.num_kv_heads);
+            const long long idx = w.per_head ? flat : (long long)b * pair_tiles + tile;
+            const long long base = (long long)__ldg(w.table + idx) * w.block_bytes + h * w.head_bytes;
+            const unsigned dst = ring_s + stage * TILE_BYTES;
+            const int r0 = lane / 8, c = lane % 8;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = r0 + 4 * i;
+                const char* k = a.k + base + r * w.row_bytes + c * 16;
+                const char* v = a.v + base + r * w.row_bytes + c * 16;
+                cp_async16(dst + r * ROW_BYTES + c * 16, k);
+                cp_async16(dst + r * ROW_BYTES + c * 16 + 128, k + 128);
+                cp_async16(dst + (TILE + r) * ROW_BYTES + c * 16, v);
+                cp_async16(dst + (TILE + r) * ROW_BYTES + c * 16 + 128, v + 128);
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    unsigned acc = 0;
+    int stage = 0;
+    const long long first = begin + warp;
+    for (int s = 0; s < STAGES - 1; ++s) issue(first + s * WARPS, s);
+    for (long long t = first; t < end; t += WARPS) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
+        __syncwarp();
+        issue(t + (STAGES - 1) * WARPS, stage == 0 ? STAGES - 1 : stage - 1);
+        acc += *reinterpret_cast<const unsigned*>(ring + stage * TILE_BYTES + lane * 4);  // touch the tile
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    if (acc == 0x12345678u) a.sink[0] = acc;  // keeps the touch
+}
+
+struct Shape {
+    const char* name;
+    int num_seqs, num_kv_heads, seq_len, num_splits;
+};
+enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, LAYOUTS };
+static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k"};
+
+int main(int argc, char** argv) {
+    const int rounds = argc > 1 ? atoi(argv[1]) : 3;
+    const Shape shapes[] = {
+        {"8b B=16 s=4096", 16, 8, 4096, 1},     {"8b B=16 s=16384", 16, 8, 16384, 2},
+        {"8b B=16 s=65536", 16, 8, 65536, 2},   {"8b B=4 s=65536", 4, 8, 65536, 8},
+        {"8b B=4 s=16384", 4, 8, 16384, 8},     {"8b B=1 s=16384", 1, 8, 16384, 16},
+        {"70b B=16 s=65536", 16, 1, 65536, 16}, {"70b B=64 s=16384", 64, 1, 16384, 4},
+    };
+    cudaStream_t st;
+    PROBE_CHECK(cudaStreamCreate(&st));
+    unsigned* sink;
+    PROBE_CHECK(cudaMalloc(&sink, 16));
+    PROBE_CHECK(cudaFuncSetAttribute(stream_kv, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES));
+    int sms = 0;
+    PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    cudaDeviceProp prop;
+    PROBE_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const double copy_tbs = copy_tbs_1gib(st);
+    printf("# %s, %d SMs; copy %.3f TB/s (1 GiB, read + write); %d rounds, layouts alternated\n", prop.name, sms,
+           copy_tbs, rounds);
+    printf("%-18s %-10s %6s %10s %8s %7s\n", "shape", "layout", "ctas", "us", "TB/s", "%copy");
+    for (const Shape& sh : shapes) {
+        const long long tiles = sh.seq_len / TILE;
+        const long long num_blocks = sh.num_seqs * tiles;  // per K (or V); a block is 16 tokens of every head
+        const size_t side_bytes = (size_t)num_blocks * TILE * sh.num_kv_heads * ROW_BYTES;
+        const size_t kv_bytes = 2 * side_bytes;
+        const int copies = (int)std::max<size_t>(2, std::min<size_t>(8, (1ull << 30) / kv_bytes));
+        char* pool;
+        PROBE_CHECK(cudaMalloc(&pool, kv_bytes * copies));
+        PROBE_CHECK(cudaMemset(pool, 1, kv_bytes * copies));
+        // Tables: shuffled and in order, [seq][tile] of blocks; dense, [seq][head][tile] of 4 KiB runs.
+        std::vector<int> shuffled(num_blocks), ordered(num_blocks), dense(num_blocks * sh.num_kv_heads);
+        std::iota(ordered.begin(), ordered.end(), 0);
+        shuffled = ordered;
+        std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(7));
+        std::iota(dense.begin(), dense.end(), 0);
+        int *shuffled_d, *ordered_d, *dense_d;
+        PROBE_CHECK(cudaMalloc(&shuffled_d, num_blocks * sizeof(int)));
+        PROBE_CHECK(cudaMalloc(&ordered_d, num_blocks * sizeof(int)));
+        PROBE_CHECK(cudaMalloc(&dense_d, dense.size() * sizeof(int)));
+        PROBE_CHECK(cudaMemcpy(shuffled_d, shuffled.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
+        PROBE_CHECK(cudaMemcpy(ordered_d, ordered.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
+        PROBE_CHECK(cudaMemcpy(dense_d, dense.data(), dense.size() * sizeof(int), cudaMemcpyHostToDevice));
+        const long long head_row = (long long)ROW_BYTES;
+        const long long block_all = (long long)TILE * sh.num_kv_heads * ROW_BYTES;
+        std::vector<std::vector<double>> us(LAYOUTS);
+        for (int round = 0; round < rounds; ++round) {
+            for (int layout = 0; layout < LAYOUTS; ++layout) {
+                Where w{};
+                switch (layout) {
+                    case NHD_SHUF:
+                    case STREAM_K: w = {shuffled_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
+                    case NHD_ORDER: w = {ordered_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
+                    case HND_SHUF: w = {shuffled_d, 0, block_all, TILE * head_row, head_row}; break;
+                    case DENSE: w = {dense_d, 1, TILE * head_row, 0, head_row}; break;
+                }
+                const int stream_k = layout == STREAM_K;
+                const dim3 grid = stream_k ? dim3(2 * sms) : dim3(sh.num_seqs, sh.num_kv_heads, sh.num_splits);
+                const int calls = 8;
+                const double t = time_graph(st, calls, [&](int i) {
+                    const char* k = pool + (size_t)(i % copies) * kv_bytes;
+                    Args a{k, k + side_bytes, w, sh.num_seqs, sh.num_kv_heads, (int)tiles, sh.num_splits, stream_k,
+                           sink};
+                    stream_kv<<<grid, 128, RING_BYTES, st>>>(a);
+                });
+                us[layout].push_back(t);
+            }
+        }
+        for (int layout = 0; layout < LAYOUTS; ++layout) {
+            std::vector<double>& v = us[layout];
+            std::sort(v.begin(), v.end());
+            const double t = v[v.size() / 2];
+            const int ctas = layout == STREAM_K ? 2 * sms : sh.num_seqs * sh.num_kv_heads * sh.num_splits;
+            const double tbs = kv_bytes / t / 1e6;
+            printf("%-18s %-10s %6d %10.2f %8.3f %7.1f", sh.name, layout_name[layout], ctas, t, tbs,
+                   100.0 * tbs / copy_tbs);
+            for (double x : v) printf(" %.2f", x);
+            printf("\n");
+        }
+        PROBE_CHECK(cudaFree(pool));
+        PROBE_CHECK(cudaFree(shuffled_d));
+        PROBE_CHECK(cudaFree(ordered_d));
+        PROBE_CHECK(cudaFree(dense_d));
+    }
+    PROBE_CHECK(cudaGetLastError());
+    return 0;
+}
