@@ -18,7 +18,9 @@
 //              (sequence, head) pairs, laid end to end, are cut into equal
 //              ranges, one per CTA (a range may cross pairs); the
 //              decode grid's (sequence, head, split) leaves slots idle
-//              where its CTA count is not a multiple of the SMs'.
+//              where its CTA count is not a multiple of the SMs';
+//   stream-k1  the same with one CTA per SM (two CTAs sharing an SM
+//              stream at different rates, PERFORMANCE.md's uneven finish).
 // The decode grids use the splits `auto` plans on the H200 for the shape.
 // Timing: a CUDA graph of 8 calls cycling over copies of the pool (at least
 // 1 GiB in all), device events, median of 5 replays; %copy against the
@@ -126,8 +128,8 @@ struct Shape {
     const char* name;
     int num_seqs, num_kv_heads, seq_len, num_splits;
 };
-enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, LAYOUTS };
-static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k"};
+enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, LAYOUTS };
+static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1"};
 
 int main(int argc, char** argv) {
     const int rounds = argc > 1 ? atoi(argv[1]) : 3;
@@ -180,13 +182,15 @@ int main(int argc, char** argv) {
                 Where w{};
                 switch (layout) {
                     case NHD_SHUF:
-                    case STREAM_K: w = {shuffled_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
+                    case STREAM_K:
+                    case STREAM_K1: w = {shuffled_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_ORDER: w = {ordered_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case HND_SHUF: w = {shuffled_d, 0, block_all, TILE * head_row, head_row}; break;
                     case DENSE: w = {dense_d, 1, TILE * head_row, 0, head_row}; break;
                 }
-                const int stream_k = layout == STREAM_K;
-                const dim3 grid = stream_k ? dim3(2 * sms) : dim3(sh.num_seqs, sh.num_kv_heads, sh.num_splits);
+                const int stream_k = layout == STREAM_K || layout == STREAM_K1;
+                const int stream_ctas = (layout == STREAM_K ? 2 : 1) * sms;
+                const dim3 grid = stream_k ? dim3(stream_ctas) : dim3(sh.num_seqs, sh.num_kv_heads, sh.num_splits);
                 const int calls = 8;
                 const double t = time_graph(st, calls, [&](int i) {
                     const char* k = pool + (size_t)(i % copies) * kv_bytes;
@@ -201,7 +205,9 @@ int main(int argc, char** argv) {
             std::vector<double>& v = us[layout];
             std::sort(v.begin(), v.end());
             const double t = v[v.size() / 2];
-            const int ctas = layout == STREAM_K ? 2 * sms : sh.num_seqs * sh.num_kv_heads * sh.num_splits;
+            const int ctas = layout == STREAM_K    ? 2 * sms
+                             : layout == STREAM_K1 ? sms
+                                                   : sh.num_seqs * sh.num_kv_heads * sh.num_splits;
             const double tbs = kv_bytes / t / 1e6;
             printf("%-18s %-10s %6d %10.2f %8.3f %7.1f", sh.name, layout_name[layout], ctas, t, tbs,
                    100.0 * tbs / copy_tbs);
