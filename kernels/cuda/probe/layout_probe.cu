@@ -20,14 +20,18 @@
 //              decode grid's (sequence, head, split) leaves slots idle
 //              where its CTA count is not a multiple of the SMs';
 //   stream-k1  the same with one CTA per SM (two CTAs sharing an SM
-//              stream at different rates, PERFORMANCE.md's uneven finish).
+//              stream at different rates, PERFORMANCE.md's uneven finish);
+//   nhd-pf2/4  nhd-shuf, and with each tile's copies the warp asks L2 for
+//              its tile 2 (4) steps beyond them (`cp.async.bulk.prefetch.L2`,
+//              one 256-byte row a lane): more of the pool in flight, and its
+//              address translation, without more shared memory.
 // The decode grids use the splits `auto` plans on the H200 for the shape.
 // Timing: a CUDA graph of 8 calls cycling over copies of the pool (at least
 // 1 GiB in all), device events, median of 5 replays; %copy against the
 // device-to-device copy of 1 GiB measured in the same run.
 //
 // Not part of the library or CI. On the GPU machine:
-//   nvcc -O3 -std=c++17 -arch=sm_90 -o layout kernels/cuda/probe/layout_probe.cu && ./layout
+//   nvcc -O3 -std=c++17 -arch=sm_90 -o layout kernels/cuda/probe/layout_probe.cu && ./layout [rounds [mask]]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -59,6 +63,7 @@ struct Args {
     Where where;
     int num_seqs, num_kv_heads, tiles_per_seq, num_splits;
     int stream_k;  // 1: blockIdx.x is a CTA's range of the flattened tiles
+    int prefetch_steps;  // 0, or how many of the warp's tiles beyond the copies' L2 prefetches
     unsigned* sink;
 };
 
@@ -87,13 +92,24 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
     unsigned char* ring = smem + warp * STAGES * TILE_BYTES;
     const unsigned ring_s = smem_addr(ring);
     const Where w = a.where;
+    auto tile_base = [&](long long flat) {
+        const long long pair = flat / pair_tiles;
+        const int tile = (int)(flat - pair * pair_tiles);
+        const int b = (int)(pair / a.num_kv_heads), h = (int)(pair - (long long)b * a.num_kv_heads);
+        const long long idx = w.per_head ? flat : (long long)b * pair_tiles + tile;
+        return (long long)__ldg(w.table + idx) * w.block_bytes + h * w.head_bytes;
+    };
     auto issue = [&](long long flat, int stage) {
+        if (a.prefetch_steps) {
+            const long long ahead = flat + (long long)a.prefetch_steps * WARPS;
+            if (ahead < end) {
+                const long long base = tile_base(ahead) + (lane % TILE) * w.row_bytes;
+                const char* src = (lane < TILE ? a.k : a.v) + base;
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(ROW_BYTES) : "memory");
+            }
+        }
         if (flat < end) {
-            const long long pair = flat / pair_tiles;
-            const int tile = (int)(flat - pair * pair_tiles);
-            const int b = (int)(pair / a.num_kv_heads), h = (int)(pair - (long long)b * a.num_kv_heads);
-            const long long idx = w.per_head ? flat : (long long)b * pair_tiles + tile;
-            const long long base = (long long)__ldg(w.table + idx) * w.block_bytes + h * w.head_bytes;
+            const long long base = tile_base(flat);
             const unsigned dst = ring_s + stage * TILE_BYTES;
             const int r0 = lane / 8, c = lane % 8;
 #pragma unroll
@@ -128,11 +144,13 @@ struct Shape {
     const char* name;
     int num_seqs, num_kv_heads, seq_len, num_splits;
 };
-enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, LAYOUTS };
-static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1"};
+enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, LAYOUTS };
+static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4"};
 
 int main(int argc, char** argv) {
+    // ./layout [rounds [layouts]]: layouts a bit mask of the Layout enum (default all).
     const int rounds = argc > 1 ? atoi(argv[1]) : 3;
+    const unsigned chosen = argc > 2 ? (unsigned)strtoul(argv[2], nullptr, 0) : ~0u;
     const Shape shapes[] = {
         {"8b B=16 s=4096", 16, 8, 4096, 1},     {"8b B=16 s=16384", 16, 8, 16384, 2},
         {"8b B=16 s=65536", 16, 8, 65536, 2},   {"8b B=4 s=65536", 4, 8, 65536, 8},
@@ -179,9 +197,12 @@ int main(int argc, char** argv) {
         std::vector<std::vector<double>> us(LAYOUTS);
         for (int round = 0; round < rounds; ++round) {
             for (int layout = 0; layout < LAYOUTS; ++layout) {
+                if (!(chosen >> layout & 1u)) continue;
                 Where w{};
                 switch (layout) {
                     case NHD_SHUF:
+                    case NHD_PF2:
+                    case NHD_PF4:
                     case STREAM_K:
                     case STREAM_K1: w = {shuffled_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_ORDER: w = {ordered_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
@@ -194,8 +215,9 @@ int main(int argc, char** argv) {
                 const int calls = 8;
                 const double t = time_graph(st, calls, [&](int i) {
                     const char* k = pool + (size_t)(i % copies) * kv_bytes;
-                    Args a{k, k + side_bytes, w, sh.num_seqs, sh.num_kv_heads, (int)tiles, sh.num_splits, stream_k,
-                           sink};
+                    const int prefetch_steps = layout == NHD_PF2 ? 2 : layout == NHD_PF4 ? 4 : 0;
+                    Args a{k,        k + side_bytes, w,     sh.num_seqs, sh.num_kv_heads, (int)tiles, sh.num_splits,
+                           stream_k, prefetch_steps, sink};
                     stream_kv<<<grid, 128, RING_BYTES, st>>>(a);
                 });
                 us[layout].push_back(t);
@@ -203,6 +225,7 @@ int main(int argc, char** argv) {
         }
         for (int layout = 0; layout < LAYOUTS; ++layout) {
             std::vector<double>& v = us[layout];
+            if (v.empty()) continue;
             std::sort(v.begin(), v.end());
             const double t = v[v.size() / 2];
             const int ctas = layout == STREAM_K    ? 2 * sms
