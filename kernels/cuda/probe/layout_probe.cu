@@ -24,7 +24,10 @@
 //   nhd-pf2/4  nhd-shuf, and with each tile's copies the warp asks L2 for
 //              its tile 2 (4) steps beyond them (`cp.async.bulk.prefetch.L2`,
 //              one 256-byte row a lane): more of the pool in flight, and its
-//              address translation, without more shared memory.
+//              address translation, without more shared memory;
+//   nhd-local  NHD with the blocks shuffled only within each 2 MiB of the
+//              pool (a GPU page of 2 MiB): random rows of DRAM as shuffled,
+//              but the translations of an in-order walk.
 // The decode grids use the splits `auto` plans on the H200 for the shape.
 // Timing: a CUDA graph of 8 calls cycling over copies of the pool (at least
 // 1 GiB in all), device events, median of 5 replays; %copy against the
@@ -144,8 +147,8 @@ struct Shape {
     const char* name;
     int num_seqs, num_kv_heads, seq_len, num_splits;
 };
-enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, LAYOUTS };
-static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4"};
+enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, LAYOUTS };
+static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local"};
 
 int main(int argc, char** argv) {
     // ./layout [rounds [layouts]]: layouts a bit mask of the Layout enum (default all).
@@ -184,11 +187,19 @@ int main(int argc, char** argv) {
         std::iota(ordered.begin(), ordered.end(), 0);
         shuffled = ordered;
         std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(7));
+        // Blocks of one 2 MiB window of the pool stay in that window.
+        std::vector<int> local = ordered;
+        const long long window = std::max<long long>(1, (2ll << 20) / ((long long)TILE * sh.num_kv_heads * ROW_BYTES));
+        std::mt19937 local_rng(7);
+        for (long long at = 0; at < num_blocks; at += window)
+            std::shuffle(local.begin() + at, local.begin() + std::min<long long>(num_blocks, at + window), local_rng);
         std::iota(dense.begin(), dense.end(), 0);
-        int *shuffled_d, *ordered_d, *dense_d;
+        int *shuffled_d, *ordered_d, *dense_d, *local_d;
         PROBE_CHECK(cudaMalloc(&shuffled_d, num_blocks * sizeof(int)));
         PROBE_CHECK(cudaMalloc(&ordered_d, num_blocks * sizeof(int)));
         PROBE_CHECK(cudaMalloc(&dense_d, dense.size() * sizeof(int)));
+        PROBE_CHECK(cudaMalloc(&local_d, num_blocks * sizeof(int)));
+        PROBE_CHECK(cudaMemcpy(local_d, local.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
         PROBE_CHECK(cudaMemcpy(shuffled_d, shuffled.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
         PROBE_CHECK(cudaMemcpy(ordered_d, ordered.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
         PROBE_CHECK(cudaMemcpy(dense_d, dense.data(), dense.size() * sizeof(int), cudaMemcpyHostToDevice));
@@ -206,6 +217,7 @@ int main(int argc, char** argv) {
                     case STREAM_K:
                     case STREAM_K1: w = {shuffled_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_ORDER: w = {ordered_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
+                    case NHD_LOCAL: w = {local_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case HND_SHUF: w = {shuffled_d, 0, block_all, TILE * head_row, head_row}; break;
                     case DENSE: w = {dense_d, 1, TILE * head_row, 0, head_row}; break;
                 }
@@ -241,6 +253,7 @@ int main(int argc, char** argv) {
         PROBE_CHECK(cudaFree(shuffled_d));
         PROBE_CHECK(cudaFree(ordered_d));
         PROBE_CHECK(cudaFree(dense_d));
+        PROBE_CHECK(cudaFree(local_d));
     }
     PROBE_CHECK(cudaGetLastError());
     return 0;
