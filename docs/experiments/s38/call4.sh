@@ -1,7 +1,8 @@
 #!/bin/bash
 # s38 call 4: does an L2 prefetch of tiles beyond the copies help?
 # 1. kernels/cuda/probe/timeline.cu built with DA_L2_PREFETCH_STEPS = 0
-#    (main's kernel), 2 and 4 (decode_mma.cuh's experiment), compiled on the
+#    (main's kernel), 2 and 4 (the experiment in l2-prefetch.patch, applied
+#    to decode_mma.cuh first), compiled on the
 #    build machine (`nvcc -O3 -std=c++17 -arch=sm_90a -I kernels/cuda
 #    -DDA_L2_PREFETCH_STEPS=N -c kernels/cuda/probe/timeline.cu`, carried as
 #    .gpu/obj/tlN.o) and linked here; `auto`'s plans of seven shapes, the
