@@ -32,11 +32,8 @@
 #include <vector>
 
 #include "probe_check.h"
+#include "probe_copy.h"
 #include "probe_timing.h"
-
-constexpr int WARPS = 4, TILE = 16, ROW_BYTES = 256, STAGES = 3;
-constexpr int TILE_BYTES = 2 * TILE * ROW_BYTES;  // K then V
-constexpr int RING_BYTES = 98304;                 // as the mma kernel: two CTAs per SM
 enum Mode { CP_ASYNC = 0, BULK_ROW = 1, BULK_BLOCK = 2, TMA_2D = 3 };
 constexpr int MODES = 4;
 static const char* mode_name[] = {"cp.async", "bulk-row", "bulk-block", "tma-2d"};
@@ -52,10 +49,6 @@ struct Maps {
     CUtensorMap k, v;  // TMA_2D only
 };
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
@@ -105,18 +98,7 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a, const __grid_constan
             const long long base = (long long)__ldg(row + tile) * TILE * slot_bytes + head * ROW_BYTES;
             const unsigned dst = ring_s + stage * TILE_BYTES;
             if (MODE == CP_ASYNC) {
-                // lane: row lane / 8 + 4 i, chunks lane % 8 and lane % 8 + 8
-                const int r0 = lane / 8, c = lane % 8;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int r = r0 + 4 * i;
-                    const char* k = a.k + base + r * slot_bytes + c * 16;
-                    const char* v = a.v + base + r * slot_bytes + c * 16;
-                    cp_async16(dst + r * ROW_BYTES + c * 16, k);
-                    cp_async16(dst + r * ROW_BYTES + c * 16 + 128, k + 128);
-                    cp_async16(dst + (TILE + r) * ROW_BYTES + c * 16, v);
-                    cp_async16(dst + (TILE + r) * ROW_BYTES + c * 16 + 128, v + 128);
-                }
+                copy_tile(dst, a.k, a.v, base, slot_bytes, lane);
             } else if (MODE == BULK_ROW) {
                 const unsigned bar = bar0 + 8 * stage;
                 if (lane == 0) mbar_expect(bar, TILE_BYTES);
@@ -216,7 +198,7 @@ int main() {
         const long long num_blocks = sh.num_seqs * blocks_per_seq;
         const size_t side_bytes = (size_t)num_blocks * TILE * sh.num_kv_heads * ROW_BYTES;  // K (or V)
         const size_t kv_bytes = 2 * side_bytes;
-        const int copies = (int)std::max<size_t>(2, std::min<size_t>(8, (1ull << 30) / kv_bytes));
+        const int copies = pool_copies(kv_bytes);
         char* pool;
         PROBE_CHECK(cudaMalloc(&pool, kv_bytes * copies));
         PROBE_CHECK(cudaMemset(pool, 1, kv_bytes * copies));

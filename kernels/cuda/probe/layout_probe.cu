@@ -29,8 +29,8 @@
 //              pool (a GPU page of 2 MiB): random rows of DRAM as shuffled,
 //              but the translations of an in-order walk.
 // The decode grids use the splits `auto` plans on the H200 for the shape.
-// Timing: a CUDA graph of 8 calls cycling over copies of the pool (at least
-// 1 GiB in all), device events, median of 5 replays; %copy against the
+// Timing: a CUDA graph of 8 calls cycling over copies of the pool
+// (`pool_copies`), device events, median of 5 replays; %copy against the
 // device-to-device copy of 1 GiB measured in the same run.
 //
 // Not part of the library or CI. On the GPU machine:
@@ -45,11 +45,8 @@
 #include <vector>
 
 #include "probe_check.h"
+#include "probe_copy.h"
 #include "probe_timing.h"
-
-constexpr int WARPS = 4, TILE = 16, ROW_BYTES = 256, STAGES = 3;
-constexpr int TILE_BYTES = 2 * TILE * ROW_BYTES;  // K then V
-constexpr int RING_BYTES = 98304;
 
 // Where row r of tile t of (sequence b, head h) lives, in bytes from the
 // pool's K (the same offset in V):
@@ -69,11 +66,6 @@ struct Args {
     int prefetch_steps;  // 0, or how many of the warp's tiles beyond the copies' L2 prefetches
     unsigned* sink;
 };
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
 
 __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -113,18 +105,7 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
         }
         if (flat < end) {
             const long long base = tile_base(flat);
-            const unsigned dst = ring_s + stage * TILE_BYTES;
-            const int r0 = lane / 8, c = lane % 8;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int r = r0 + 4 * i;
-                const char* k = a.k + base + r * w.row_bytes + c * 16;
-                const char* v = a.v + base + r * w.row_bytes + c * 16;
-                cp_async16(dst + r * ROW_BYTES + c * 16, k);
-                cp_async16(dst + r * ROW_BYTES + c * 16 + 128, k + 128);
-                cp_async16(dst + (TILE + r) * ROW_BYTES + c * 16, v);
-                cp_async16(dst + (TILE + r) * ROW_BYTES + c * 16 + 128, v + 128);
-            }
+            copy_tile(ring_s + stage * TILE_BYTES, a.k, a.v, base, w.row_bytes, lane);
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
@@ -178,7 +159,7 @@ int main(int argc, char** argv) {
         const long long num_blocks = sh.num_seqs * tiles;  // per K (or V); a block is 16 tokens of every head
         const size_t side_bytes = (size_t)num_blocks * TILE * sh.num_kv_heads * ROW_BYTES;
         const size_t kv_bytes = 2 * side_bytes;
-        const int copies = (int)std::max<size_t>(2, std::min<size_t>(8, (1ull << 30) / kv_bytes));
+        const int copies = pool_copies(kv_bytes);
         char* pool;
         PROBE_CHECK(cudaMalloc(&pool, kv_bytes * copies));
         PROBE_CHECK(cudaMemset(pool, 1, kv_bytes * copies));
