@@ -352,8 +352,11 @@ pub fn probe_with(options: &BackendOptions) -> Vec<BackendReport> {
     reports
 }
 
+/// One line for `devices`. The bandwidth is the figure `auto` plans with, not a
+/// measurement: on a CUDA GPU slower than an H200 it is the H200's
+/// ([`crate::gpu_plan_gbps`]), so an H100 reads 4320, not its ~3000.
 fn describe_props(props: &DeviceProps) -> String {
-    format!("{}, {} multiprocessors, ~{:.0} GB/s assumed", props.name, props.num_sms, props.mem_bandwidth_gbps)
+    format!("{}, {} multiprocessors, plans at ~{:.0} GB/s", props.name, props.num_sms, props.mem_bandwidth_gbps)
 }
 
 fn cuda_device_count() -> Result<usize> {
