@@ -32,8 +32,10 @@
 //    hr, hr + rows, ...: rescales its f32 accumulators and adds p * v (and p,
 //    for the denominator) for the stage's tokens, reading V rows from shared
 //    memory (small groups split the tokens over 2-4 phases, added at the end).
-//  * Unsplit (num_splits == 1): out = acc / l. Split: unnormalised acc and
-//    (m, l) per row; decode_attn_reduce merges the active rows.
+//  * Unsplit (num_splits == 1): out = acc / l (and, where out_lse is not
+//    null, the row's LSE (m + log2 l) ln 2). Split: unnormalised acc and
+//    (m, l) per row; decode_attn_reduce merges the active rows and writes
+//    out and the LSE.
 //  * A slot outside the pool is never read (zero-filled instead); it raises a
 //    flag that turns the CTA's outputs into NaN.
 #include "decode_params.h"
@@ -222,6 +224,16 @@ struct Elem<da_f16> {
         reinterpret_cast<unsigned short*>(base)[i] = da_f32_to_f16(v);
     }
 };
+
+// ---------------------------------------------------------------------------
+// The output row's log-sum-exp (DecodeParams::out_lse, natural log) from its
+// (max in log2 units, sum): ln(l 2^m) = (m + log2 l) ln 2; -inf for a row of
+// no token (l = 0), NaN where l is. Epilogue code only: the main loops carry
+// (m, l) as they did.
+// ---------------------------------------------------------------------------
+DA_DEVICE float da_row_lse(float m, float l) {
+    return l == 0.f ? da_neg_inf() : (m + log2f(l)) * 0.693147180559945309f;
+}
 
 // ---------------------------------------------------------------------------
 // Per-variant geometry, all compile-time.
@@ -635,11 +647,15 @@ DA_DEVICE void pv_update(float (*acc)[8], float* l, const float* __restrict__ p_
     }
 }
 
-// Writes `value` to every element of the g output rows of (b, kv head).
+// Writes `value` to every element of the g output rows of (b, kv head), and
+// `lse` to their LSEs (where out_lse is not null).
 template <typename T, int HEAD_DIM>
-DA_DEVICE void fill_out(const DecodeParams& p, int b, int q_head0, int g, float value) {
-    const long long base = ((long long)b * p.num_q_heads + q_head0) * HEAD_DIM;
+DA_DEVICE void fill_out(const DecodeParams& p, int b, int q_head0, int g, float value, float lse) {
+    const long long row0 = (long long)b * p.num_q_heads + q_head0;
+    const long long base = row0 * HEAD_DIM;
     for (int i = threadIdx.x; i < g * HEAD_DIM; i += DECODE_THREADS) Elem<T>::store(p.out, base + i, value);
+    if (p.out_lse != nullptr)
+        for (int h = threadIdx.x; h < g; h += DECODE_THREADS) p.out_lse[row0 + h] = lse;
 }
 
 // ---------------------------------------------------------------------------
@@ -664,13 +680,13 @@ DA_DEVICE void decode_attn_body(const DecodeParams& p) {
     const SeqInfo seq = seq_info(p, b);
     if (g < 1 || g > G::MAX_GROUP || !seq.ok) {
         // Split: the reducer sees the same guard and writes the NaNs.
-        if (unsplit && g >= 1) fill_out<T, HEAD_DIM>(p, b, q_head0, g, da_nan());
+        if (unsplit && g >= 1) fill_out<T, HEAD_DIM>(p, b, q_head0, g, da_nan(), da_nan());
         return;
     }
     const SeqSplit rule = split_rule(p, seq.len);
     if ((unsigned long long)split >= rule.active_splits) {
         // Surplus split, or an empty sequence (active_splits 0).
-        if (unsplit) fill_out<T, HEAD_DIM>(p, b, q_head0, g, 0.f);
+        if (unsplit) fill_out<T, HEAD_DIM>(p, b, q_head0, g, 0.f, da_neg_inf());
         return;
     }
     // Tokens [begin, end) of the sequence, split j: [j * per, min((j + 1) * per, len)).
@@ -878,6 +894,8 @@ DA_DEVICE void decode_attn_body(const DecodeParams& p) {
                         *reinterpret_cast<uint4*>(orow + pv_dim<T, HEAD_DIM>(dc, 0) * 4) = Elem<T>::pack(o);
                         *reinterpret_cast<uint4*>(orow + pv_dim<T, HEAD_DIM>(dc, 1) * 4) = Elem<T>::pack(o + 4);
                     }
+                    if (dc == 0 && p.out_lse != nullptr)
+                        p.out_lse[row0 + h] = bad ? nan : da_row_lse(m_final[h], l_acc[j]);
                 } else {
                     const long long prow = (row0 + h) * p.num_splits + split;  // partial row
                     float* arow = p.partial_acc + prow * HEAD_DIM;
@@ -937,16 +955,19 @@ DA_DEVICE void decode_reduce_body(const DecodeParams& p) {
     const int tid = threadIdx.x;
     const int b = blockIdx.x;
     const int h = blockIdx.y;
-    const long long out_row = ((long long)b * p.num_q_heads + h) * HEAD_DIM;
+    const long long lse_index = (long long)b * p.num_q_heads + h;
+    const long long out_row = lse_index * HEAD_DIM;
     const int g = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 0;
     const SeqInfo seq = seq_info(p, b);
     if (g < 1 || g * HEAD_DIM > DECODE_MAX_QK_ELEMS || !seq.ok) {
         for (int d = tid; d < HEAD_DIM; d += DECODE_THREADS) Elem<T>::store(p.out, out_row + d, da_nan());
+        if (p.out_lse != nullptr && tid == 0) p.out_lse[lse_index] = da_nan();
         return;
     }
     const int active = (int)split_rule(p, seq.len).active_splits;  // <= num_splits
     if (active == 0) {
         for (int d = tid; d < HEAD_DIM; d += DECODE_THREADS) Elem<T>::store(p.out, out_row + d, 0.f);
+        if (p.out_lse != nullptr && tid == 0) p.out_lse[lse_index] = da_neg_inf();
         return;
     }
     const long long row0 = ((long long)b * p.num_q_heads + h) * p.num_splits;
@@ -985,6 +1006,7 @@ DA_DEVICE void decode_reduce_body(const DecodeParams& p) {
         const int d = tid + k * DECODE_THREADS;
         if (d < HEAD_DIM) Elem<T>::store(p.out, out_row + d, o[k] / l_sum);
     }
+    if (p.out_lse != nullptr && tid == 0) p.out_lse[lse_index] = da_row_lse(m_max, l_sum);
 }
 
 // ---------------------------------------------------------------------------

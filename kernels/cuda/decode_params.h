@@ -11,6 +11,14 @@
 //   kv_indices        [kv_indptr[num_seqs]] slots                  (int32)  layout 1
 //   partial_acc       [num_seqs, num_q_heads, num_splits, head_dim] (f32, unnormalised)
 //   partial_ml        [num_seqs, num_q_heads, num_splits, 2]        (f32: max in log2 units, sum)
+//   out_lse           [num_seqs, num_q_heads]                       (f32, natural log), or null
+//
+// out_lse, where not null, gets each output row's log-sum-exp in the natural
+// log, as merge_attn_states reads it: ln(sum_t exp(softmax_scale * q . k_t))
+// = (m + log2(l)) * ln(2) with (m, l) the row's (max in log2 units, sum). A
+// sequence of length 0 gets -inf (its output row is zeros); a guarded one
+// (below) NaN. Whoever writes an output row writes its LSE: the CTA of an
+// unsplit call or of a lone split, else the reducer.
 //
 // Query head h reads KV head h / (num_q_heads / num_kv_heads).
 // Token t of sequence b lives in slot
@@ -39,7 +47,7 @@
 //
 // Guards: a sequence whose length is negative, longer than its block-table
 // row, or whose slots or index range fall outside the pools, reads nothing
-// out of bounds: its outputs are written as NaN instead.
+// out of bounds: its outputs (and LSEs) are written as NaN instead.
 #pragma once
 
 #define DECODE_TILE_TOKENS 16
@@ -64,6 +72,7 @@ struct DecodeParams {
     const int* kv_indices;   // layout 1, else null
     float* partial_acc;      // null when num_splits == 1
     float* partial_ml;       // null when num_splits == 1
+    float* out_lse;          // null: no LSE is written
     long long num_slots;     // slots in each of k_cache and v_cache
     long long num_indices;   // entries of kv_indices (layout 1)
     int num_seqs;

@@ -331,9 +331,10 @@ DA_DEVICE bool reducer_merges(const DecodeParams& p, unsigned long long active) 
 // The end of a decode CTA: merge its warps' (m_w, l_w, acc_w) from shared
 // memory (row h of warp w at w * HEADS + h) as
 //   M = max m_w, L = sum l_w 2^(m_w - M), A = sum acc_w 2^(m_w - M),
-// then write out = A / L (`direct`, cta_writes_output; NaN for a bad
-// sequence) or the split's partial row (A, M, L; a bad sequence poisons L
-// with NaN).
+// then write out = A / L and, where out_lse is not null, the row's LSE
+// (M + log2 L) ln 2 (`direct`, cta_writes_output; NaN for a bad sequence,
+// -inf for no token) or the split's partial row (A, M, L; a bad sequence
+// poisons L with NaN).
 //
 // Two short steps, not one loop over the outputs: a thread per head turns
 // the warps' maxima into weights (1 / L folded in when direct), then every
@@ -399,6 +400,25 @@ DA_DEVICE void store_cta_state(const DecodeParams& p, const float* warp_m, const
         } else {
             *reinterpret_cast<float4*>(p.partial_acc + (q_head * p.num_splits + split) * HEAD_DIM + d) = a;
         }
+    }
+    // The rows' LSEs (direct, out_lse not null): NaN for a bad sequence, -inf
+    // for no token. M and L are computed again here, as in the first step
+    // (the same operations, so the same values), rather than kept from it:
+    // written there, the LSE moved the stream kernel's register allocation
+    // (sm_80, head_dim 192, 4 heads: 160 -> 163), and here it costs nothing
+    // until asked for.
+    if (direct && p.out_lse != nullptr && tid < num_heads) {
+        const int h = tid;
+        float big_m = da_neg_inf();
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) big_m = fmaxf(big_m, warp_m[w * HEADS + h]);
+        float big_l = 0.f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            const float scale = big_m == da_neg_inf() ? 0.f : da_exp2(warp_m[w * HEADS + h] - big_m);
+            big_l = fmaf(warp_l[w * HEADS + h], scale, big_l);
+        }
+        p.out_lse[(long long)b * p.num_q_heads + head0 + h] = bad ? da_nan() : da_row_lse(big_m, big_l);
     }
 }
 
@@ -649,8 +669,9 @@ DA_DEVICE void decode_stream_body(const DecodeParams& p) {
 }
 
 // The split reducer: one CTA of DECODE_REDUCE_THREADS per (sequence, query
-// head) merges the rows of the active splits with one division; no active
-// split (s = 0) gives zeros. Every warp folds the splits' (m, l) into M and
+// head) merges the rows of the active splits with one division (and writes
+// the row's LSE where out_lse is not null); no active split (s = 0) gives
+// zeros (LSE -inf). Every warp folds the splits' (m, l) into M and
 // L with shuffles, and the rows are summed by several split lanes at once
 // (see the body), so a reduce over hundreds of splits costs a few rounds of
 // loads, not hundreds. Launched programmatically on sm_90 (see
@@ -715,6 +736,10 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     const long long q_head = (long long)b * p.num_q_heads + head;
     const SeqInfo seq = seq_info(p, b);  // an input: readable before the decode grid is done
     if (!seq.ok || p.num_splits > DECODE_MAX_SPLITS) {
+        // The LSE first, indexed from b and head: after the row it made the
+        // batch reducer spill (sm_80, d80), and from q_head it took the wide
+        // reducer a register more (sm_90).
+        if (p.out_lse != nullptr && threadIdx.x == 0) p.out_lse[(long long)b * p.num_q_heads + head] = da_nan();
         for (int d = threadIdx.x; d < HEAD_DIM; d += THREADS) Elem<T>::store(p.out, q_head * HEAD_DIM + d, da_nan());
         return;
     }
@@ -802,6 +827,11 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
         }
         *reinterpret_cast<float4*>(&lane_sum[split_lane][4 * vec]) = a;
     }
+    // The row's LSE (its row is written below): -inf where no split is
+    // active, NaN where a row was poisoned. Here, where big_m is still live
+    // from the sums: kept to the end, it spilled in the reducers capped at 64
+    // and 80 registers (sm_90 f32 d112, sm_80 batch d80).
+    if (merge && p.out_lse != nullptr && threadIdx.x == 0) p.out_lse[q_head] = da_row_lse(big_m, big_l);
     __syncthreads();
     if (!merge) return;
     for (int d = threadIdx.x; d < HEAD_DIM; d += THREADS) {

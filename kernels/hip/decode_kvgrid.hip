@@ -22,7 +22,10 @@
 // sum) for the active splits only (surplus splits exit at once; a bad
 // sequence has no active split and its reducer writes NaN), and the reducer
 // merges the active rows (NaN for a bad sequence or num_splits >
-// DECODE_MAX_SPLITS, zeros when no split is active).
+// DECODE_MAX_SPLITS, zeros when no split is active). Where out_lse is not
+// null, whoever writes an output row (the unsplit workgroup, else the
+// reducer) writes its LSE next to it, (m + log2 l) ln 2: -inf for zeros, NaN
+// for NaN rows. Only the epilogues read out_lse.
 //
 // One workgroup = (sequence b, split j, KV head): it serves the whole query
 // group g = num_q_heads / num_kv_heads of its KV head and reads each K and V
@@ -187,6 +190,34 @@ struct KvgElem<kvg_f16> {
     }
 #endif
 };
+
+// ---------------------------------------------------------------------------
+// The output rows' log-sum-exp (DecodeParams::out_lse, epilogues only).
+// ---------------------------------------------------------------------------
+// log2: l is 0, NaN or >= 1 here (the row's max token adds 2^0), so the
+// hardware's approximate log2 (v_log_f32, lg2.approx) needs no denormal care.
+#if defined(DA_EMULATE_PORTABLE)
+inline float kvg_log2(float x) { return std::log2(x); }
+#elif defined(__HIP__) || defined(__HIPCC_RTC__)
+#if __has_builtin(__builtin_amdgcn_logf)
+DA_DEVICE float kvg_log2(float x) { return __builtin_amdgcn_logf(x); }  // v_log_f32
+#else
+DA_DEVICE float kvg_log2(float x) { return __builtin_log2f(x); }
+#endif
+#else
+DA_DEVICE float kvg_log2(float x) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
+
+// ln(sum_t exp(softmax_scale q . k_t)) of a row whose (max in log2 units, sum
+// of 2^(s - m)) is (m, l): (m + log2 l) ln 2; -inf for l = 0 (no token: the
+// row is zeros); NaN for a NaN l (a poisoned partial row).
+DA_DEVICE float kvg_lse(float m, float l) {
+    return l == 0.f ? dap_neg_inf() : (m + kvg_log2(l)) * 0.693147180559945309f;
+}
 
 // ---------------------------------------------------------------------------
 // Sequence guards, the split rule, token -> byte offset (decode_params.h).
@@ -416,6 +447,25 @@ DA_DEVICE KvgWork kvg_work(const DecodeParams& p, int b, int split) {
     return w;
 }
 
+// The generic path's LSEs (unsplit calls with an out_lse): thread h < nheads
+// writes head h's from the final (m, l, bad) in LDS, once the PV loop is done
+// (sm.m, sm.l and sm.bad stay as they are until the next pass). Where in the
+// epilogue is the register allocators' call, each build checked for spills
+// and for spill code in the main loops: before the token-group sums on
+// wave-64 targets (gfx90a, gfx942: after the outputs, f32 d256 on gfx90a got
+// SGPR reloads inside the QK loop), after the outputs elsewhere (NVIDIA:
+// before the sums, sm_90's f32 d192 spilled 8 bytes). Either place is
+// correct; -DKVG_LSE_EARLY=0/1 picks one.
+#ifndef KVG_LSE_EARLY
+#define KVG_LSE_EARLY (DAP_WAVE == 64)
+#endif
+
+template <typename S>
+DA_DEVICE void kvg_body_lse(const DecodeParams& p, const S& sm, int b, int head0, int nheads, int tid) {
+    if (p.num_splits == 1 && tid < nheads && p.out_lse != nullptr)
+        p.out_lse[(long long)b * p.num_q_heads + head0 + tid] = sm.bad != 0 ? dap_nan() : kvg_lse(sm.m[tid], sm.l[tid]);
+}
+
 template <typename T, int D, int GQA>
 DA_DEVICE void kvgrid_body(const DecodeParams& p, const KvgWork& w, int kvh, int head0, int nheads,
                            unsigned char* smem) {
@@ -629,6 +679,9 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, const KvgWork& w, int kvh, int
         }
     }
     dap_barrier();  // PV done: sm.u is free; sm.bad, sm.m, sm.l final
+#if KVG_LSE_EARLY
+    kvg_body_lse(p, sm, b, head0, nheads, tid);
+#endif
 
     // ---- Sum the token groups: a tree through LDS (layout [ACC][RED_THREADS]). ----
 #pragma unroll
@@ -684,6 +737,9 @@ DA_DEVICE void kvgrid_body(const DecodeParams& p, const KvgWork& w, int kvh, int
             }
         }
     }
+#if !KVG_LSE_EARLY
+    kvg_body_lse(p, sm, b, head0, nheads, tid);
+#endif
 }
 
 #if KVG_MFMA
@@ -896,6 +952,7 @@ DA_DEVICE void kvgrid_mfma_body(const DecodeParams& p, const KvgWork& w, int kvh
                     dap_st16(dst + 4, dap_u4{dap_f2u(o8[4]), dap_f2u(o8[5]), dap_f2u(o8[6]), dap_f2u(o8[7])});
                 }
             }
+        if (unsplit && qd == 0 && p.out_lse != nullptr) p.out_lse[q_head] = is_bad ? nan : kvg_lse(big_m, big_l);
         if (!unsplit && qd == 0) {
             // A bad sequence poisons its rows: l = NaN makes the reducer's sum NaN.
             p.partial_ml[2 * prow] = is_bad ? 0.f : big_m;
@@ -968,6 +1025,7 @@ DA_DEVICE void kvgrid_reduce_body(const DecodeParams& p) {
     const KvgSeq seq = kvg_seq(p, b);
     if (!seq.ok || p.num_splits > DECODE_MAX_SPLITS) {
         for (int d = tid; d < D; d += THREADS) KvgElem<T>::store1(p.out, q_head * D + d, dap_nan());
+        if (tid == 0 && p.out_lse != nullptr) p.out_lse[q_head] = dap_nan();
         return;
     }
     const int active = (int)kvg_cut(p, seq.len).active;  // <= num_splits
@@ -995,6 +1053,10 @@ DA_DEVICE void kvgrid_reduce_body(const DecodeParams& p) {
     float big_l = 0.f;
 #pragma unroll
     for (int w = 0; w < NW; ++w) big_l += sm.red[NW + w];
+    // The row's LSE (here, not after the sum below, so that big_m need not
+    // live through it): -inf when no split is active (zeros), NaN for a
+    // poisoned row (NaN l).
+    if (tid == 0 && p.out_lse != nullptr) p.out_lse[q_head] = kvg_lse(big_m, big_l);
 
     // Rows j = sg, sg + SG, ... summed by row group sg, a float4 of dims a thread.
     const int sg = tid / RT, q4 = tid % RT;

@@ -56,7 +56,14 @@ pub enum Sweep {
 pub struct CaseResult {
     /// `||out - reference|| / ||reference||`; infinite when any output is NaN or infinite.
     pub relerr: f64,
-    /// The largest relative error accepted for the case's output type.
+    /// The largest `|lse - reference|` over the rows (natural log), 0 for a
+    /// batch of no rows; infinite where one is non-finite and the
+    /// reference's is not, or not the same non-finite value (`-inf` for an
+    /// empty sequence, NaN for a guarded one).
+    pub lse_err: f64,
+    /// The largest relative error accepted for the case's output type, and
+    /// the largest LSE error: `lse` is `ln(l) + m`, so its absolute error is
+    /// the relative error of the softmax sum `l`.
     pub tolerance: f64,
     pub kernel: KernelKind,
     pub num_splits: u32,
@@ -66,7 +73,7 @@ pub struct CaseResult {
 
 impl CaseResult {
     pub fn passed(&self) -> bool {
-        self.skipped.is_none() && self.relerr <= self.tolerance
+        self.skipped.is_none() && self.relerr <= self.tolerance && self.lse_err <= self.tolerance
     }
 }
 
@@ -219,6 +226,7 @@ pub fn run_case<B: DecodeAttention + ?Sized>(backend: &B, case: &Case) -> Result
         Err(err @ (Error::UnsupportedDTypes { .. } | Error::Unsupported { .. })) => {
             return Ok(CaseResult {
                 relerr: f64::NAN,
+                lse_err: f64::NAN,
                 tolerance: tolerance(case.problem.dtypes),
                 kernel: KernelKind::Unsplit,
                 num_splits: 0,
@@ -229,19 +237,46 @@ pub fn run_case<B: DecodeAttention + ?Sized>(backend: &B, case: &Case) -> Result
     };
     let mut batch = HostBatch::random(&case.problem, case.seed);
     batch.poison_unused_slots();
+    // Output and LSE poisoned (0xFF bytes are NaN in every float type).
     let mut device = DeviceBatch::upload(backend, &batch, plan.workspace_bytes, 0xFF)?;
-    backend.decode(&plan, device.args())?;
+    backend.decode(&plan, device.args_with_lse())?;
     let out = device.download_out(backend, case.problem.dtypes.out)?;
-    let reference = decode_attn::reference::decode_reference(&batch, case.problem.shape.default_scale());
+    let lse = device.download_lse(backend)?;
+    let (reference, reference_lse) =
+        decode_attn::reference::decode_reference_with_lse(&batch, case.problem.shape.default_scale());
     if out.len() != reference.len() {
         return Err(Error::BufferSize { name: "out", expected: reference.len(), actual: out.len() });
     }
+    if lse.len() != reference_lse.len() {
+        return Err(Error::BufferSize { name: "lse", expected: reference_lse.len(), actual: lse.len() });
+    }
     Ok(CaseResult {
         relerr: relative_error(&out, &reference),
+        lse_err: lse_error(&lse, &reference_lse),
         tolerance: tolerance(case.problem.dtypes),
         kernel: plan.kernel,
         num_splits: plan.num_splits,
         skipped: None,
+    })
+}
+
+/// The largest `|got - want|` of LSEs, infinite where a value is non-finite
+/// and the reference's is not the same non-finite value.
+pub fn lse_error(got: &[f32], want: &[f64]) -> f64 {
+    got.iter().zip(want).fold(0.0f64, |worst, (&g, &w)| {
+        let g = g as f64;
+        let err = if w.is_finite() {
+            if g.is_finite() {
+                (g - w).abs()
+            } else {
+                f64::INFINITY
+            }
+        } else if (w.is_nan() && g.is_nan()) || g == w {
+            0.0
+        } else {
+            f64::INFINITY
+        };
+        worst.max(err)
     })
 }
 
@@ -359,9 +394,10 @@ pub fn describe(case: &Case, result: &Result<CaseResult>) -> String {
             format!("SKIP  {case}: {}", r.skipped.as_deref().unwrap_or_default())
         }
         Ok(r) => format!(
-            "{}  relerr {:.1e} (tol {:.0e}) {:?}x{}  {case}",
+            "{}  relerr {:.1e} lse {:.1e} (tol {:.0e}) {:?}x{}  {case}",
             if r.passed() { "PASS" } else { "FAIL" },
             r.relerr,
+            r.lse_err,
             r.tolerance,
             r.kernel,
             r.num_splits

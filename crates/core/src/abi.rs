@@ -23,7 +23,7 @@ pub const LAYOUT_TOKEN_INDICES: i32 = 1;
 /// and writes an element at a time: it needs the element's size.)
 pub fn decode_alignment(name: &str) -> u64 {
     match name {
-        "seq_lens" | "block_table" | "kv_indptr" | "kv_indices" => 4,
+        "seq_lens" | "block_table" | "kv_indptr" | "kv_indices" | "lse" => 4,
         _ => 16,
     }
 }
@@ -52,6 +52,8 @@ pub struct DecodeParams {
     pub kv_indices: u64,
     pub partial_acc: u64,
     pub partial_ml: u64,
+    /// Null (0) when the call asks for no LSE.
+    pub out_lse: u64,
     pub num_slots: i64,
     pub num_indices: i64,
     pub num_seqs: i32,
@@ -147,6 +149,10 @@ impl DecodeParams {
             kv_indices,
             partial_acc: if split { workspace } else { 0 },
             partial_ml: if split { workspace + acc_bytes } else { 0 },
+            out_lse: match &args.lse {
+                Some(lse) => address(lse, "lse")?,
+                None => 0,
+            },
             num_slots: checked.num_slots as i64,
             num_indices: if layout == LAYOUT_TOKEN_INDICES { checked.index_len as i64 } else { 0 },
             num_seqs: problem.num_seqs() as i32,
@@ -218,6 +224,7 @@ mod tests {
             kv_index: KvIndexBuffers::BlockTable { table: &table, max_blocks_per_seq: 256 },
             workspace: &mut workspace,
             out: &mut out,
+            lse: None,
             softmax_scale: None,
         };
         let checked = args.check(&plan).unwrap();
@@ -230,6 +237,16 @@ mod tests {
         assert_eq!(partial_state_bytes(&plan), plan.workspace_bytes);
         assert_eq!((params.num_splits as u32, params.layout, params.block_size), (plan.rule.num_splits, 0, 16));
         assert_eq!((params.max_blocks_per_seq, params.num_slots, params.num_indices), (256, 1024, 0));
+        assert_eq!(params.out_lse, 0, "no LSE asked for");
+        // An LSE buffer: its address goes to the kernels; one row short is refused.
+        let mut lse = buffer(8 << 40, 2 * 32 * 4);
+        args.lse = Some(&mut lse);
+        let checked = args.check(&plan).unwrap();
+        assert_eq!(DecodeParams::new(&plan, &args, &checked, |b, _| Ok(b.base)).unwrap().out_lse, 8 << 40);
+        let mut short_lse = buffer(8 << 40, 32 * 4);
+        args.lse = Some(&mut short_lse);
+        assert_eq!(args.check(&plan), Err(Error::BufferSize { name: "lse", expected: 256, actual: 128 }));
+        args.lse = None;
         // One byte short of what the kernels write is refused before any launch.
         let mut short = buffer(7 << 40, plan.workspace_bytes as usize - 1);
         args.workspace = &mut short;
@@ -265,6 +282,7 @@ mod tests {
             kv_index: KvIndexBuffers::BlockTable { table: &table, max_blocks_per_seq: 1 },
             workspace: &mut workspace,
             out: &mut out,
+            lse: None,
             softmax_scale: None,
         };
         // Built by hand: `args.check(&plan)` would refuse these arguments.
@@ -276,8 +294,8 @@ mod tests {
 
     #[test]
     fn layout_matches_decode_params_h() {
-        // 10 pointers, 2 long longs, 13 ints and a float.
-        assert_eq!(size_of::<DecodeParams>(), 152);
+        // 11 pointers, 2 long longs, 13 ints and a float.
+        assert_eq!(size_of::<DecodeParams>(), 160);
         assert_eq!(align_of::<DecodeParams>(), 8);
         let pointers = [
             offset_of!(DecodeParams, q),
@@ -290,10 +308,11 @@ mod tests {
             offset_of!(DecodeParams, kv_indices),
             offset_of!(DecodeParams, partial_acc),
             offset_of!(DecodeParams, partial_ml),
+            offset_of!(DecodeParams, out_lse),
             offset_of!(DecodeParams, num_slots),
             offset_of!(DecodeParams, num_indices),
         ];
-        assert_eq!(pointers, [0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88]);
+        assert_eq!(pointers, [0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96]);
         let words = [
             offset_of!(DecodeParams, num_seqs),
             offset_of!(DecodeParams, num_q_heads),
@@ -310,7 +329,7 @@ mod tests {
             offset_of!(DecodeParams, short_below_tiles),
             offset_of!(DecodeParams, batch_splits),
         ];
-        assert_eq!(words, [96, 100, 104, 108, 112, 116, 120, 124, 128, 132, 136, 140, 144, 148]);
+        assert_eq!(words, [104, 108, 112, 116, 120, 124, 128, 132, 136, 140, 144, 148, 152, 156]);
     }
 
     #[test]
@@ -346,6 +365,7 @@ mod tests {
                 "kv_indices",
                 "partial_acc",
                 "partial_ml",
+                "out_lse",
                 "num_slots",
                 "num_indices",
                 "num_seqs",
@@ -374,7 +394,7 @@ mod tests {
             Err(Error::Misaligned { name: "q", address: 4098, alignment: 16 })
         );
         // The i32 arrays are read an element at a time.
-        for name in ["seq_lens", "block_table", "kv_indptr", "kv_indices"] {
+        for name in ["seq_lens", "block_table", "kv_indptr", "kv_indices", "lse"] {
             assert_eq!(decode_alignment(name), 4, "{name}");
             assert!(check_alignment(name, 4100, 4).is_ok());
             assert!(check_alignment(name, 4102, 4).is_err());

@@ -237,6 +237,11 @@ pub struct DecodeArgs<'a, B> {
     /// At least `plan.workspace_bytes`; may be empty when the plan does not split.
     pub workspace: &'a mut B,
     pub out: &'a mut B,
+    /// Where given, `[num_seqs, num_q_heads]` of `f32`: each output row's
+    /// log-sum-exp in the natural log, `ln(sum_t exp(softmax_scale * q.k_t))`,
+    /// as [`MergeArgs`]' LSEs read it (so a decode can be one side of a
+    /// merge); `-inf` for a sequence of length 0.
+    pub lse: Option<&'a mut B>,
     /// Defaults to `1 / sqrt(head_dim)`.
     pub softmax_scale: Option<f32>,
 }
@@ -261,6 +266,9 @@ impl<B: DeviceBuffer> DecodeArgs<'_, B> {
         let n = p.num_seqs();
         expect_len("q", self.q.len_bytes(), p.q_bytes())?;
         expect_len("out", self.out.len_bytes(), p.out_bytes())?;
+        if let Some(lse) = &self.lse {
+            expect_len("lse", lse.len_bytes(), n * p.shape.num_q_heads * 4)?;
+        }
         expect_len("seq_lens", self.seq_lens.len_bytes(), n * 4)?;
         let slot_bytes = p.kv_bytes_per_token();
         let kv = self.k_cache.len_bytes();

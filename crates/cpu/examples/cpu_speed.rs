@@ -89,6 +89,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                                 },
                                 workspace: &mut workspace,
                                 out: &mut out,
+                                lse: None,
                                 softmax_scale: None,
                             },
                         )

@@ -354,10 +354,20 @@ impl DecodeAttention for CpuBackend {
         };
         let out = args.out.as_bytes_mut();
         let workspace = args.workspace.as_bytes_mut();
+        // Without a caller's LSE buffer the rows' LSEs go to a scratch one
+        // (4 bytes a row), so that one code path writes them.
+        let mut own_lse = Vec::new();
+        let lse = match args.lse {
+            Some(lse) => lse.as_bytes_mut(),
+            None => {
+                own_lse.resize(num_seqs * shape.num_q_heads * 4, 0u8);
+                &mut own_lse[..]
+            }
+        };
         let run = || match private {
-            Some(mut ws) => exec.run_split(out, &mut ws, num_splits),
-            None if split => exec.run_split(out, workspace, num_splits),
-            None => exec.run_unsplit(out),
+            Some(mut ws) => exec.run_split(out, lse, &mut ws, num_splits),
+            None if split => exec.run_split(out, lse, workspace, num_splits),
+            None => exec.run_unsplit(out, lse),
         };
         if parallel {
             self.pool.install(run);
@@ -480,9 +490,19 @@ struct Exec<'a> {
     parallel: bool,
 }
 
-/// One work item of the split path: its index, and its output rows, partial
-/// accumulators and partial `(m, l)` pairs.
-type SplitItem<'w> = (usize, ((&'w mut [u8], &'w mut [u8]), &'w mut [u8]));
+/// One work item of the split path: its index, and its output rows, their
+/// LSEs, partial accumulators and partial `(m, l)` pairs.
+type SplitItem<'w> = (usize, (((&'w mut [u8], &'w mut [u8]), &'w mut [u8]), &'w mut [u8]));
+
+/// A row's LSE in the natural log from its `(m, l)`: max in log2 units and
+/// sum of `exp2(s - m)`; `-inf` for a row of no tokens (`l` = 0).
+fn lse_of(m: f32, l: f32) -> f32 {
+    if l > 0.0 {
+        (m + l.log2()) * std::f32::consts::LN_2
+    } else {
+        f32::NEG_INFINITY
+    }
+}
 
 /// Per-thread buffers of the unsplit path.
 struct Worker {
@@ -545,53 +565,60 @@ impl Exec<'_> {
         kernel::attend(self.isa, self.kv_elt, &work, state, scratch);
     }
 
-    /// One work item per `(sequence, KV heads)`, normalised output written directly.
-    fn run_unsplit(&self, out: &mut [u8]) {
+    /// One work item per `(sequence, KV heads)`, normalised output and its
+    /// LSEs written directly.
+    fn run_unsplit(&self, out: &mut [u8], lse: &mut [u8]) {
         let d = self.head_dim;
         let out_row = d * self.out_elt.size();
-        let item = |w: &mut Worker, (item, out): (usize, &mut [u8])| {
+        let item = |w: &mut Worker, (item, (out, lse)): (usize, (&mut [u8], &mut [u8]))| {
             let items = self.num_kv_heads / self.kv_heads_per_item;
             let (seq, kv_head) = (item / items, item % items * self.kv_heads_per_item);
             let len = self.seq_lens[seq] as usize;
             if len == 0 {
                 out.fill(0);
+                lse.chunks_exact_mut(4).for_each(|x| x.copy_from_slice(&f32::NEG_INFINITY.to_le_bytes()));
                 return;
             }
             self.load_q(seq, kv_head, &mut w.q);
             w.state.reset();
             self.attend(seq, kv_head, (0, len), &w.q, &mut w.state, &mut w.scratch);
-            for (h, out) in out.chunks_exact_mut(out_row).enumerate() {
+            for (h, (out, lse)) in out.chunks_exact_mut(out_row).zip(lse.chunks_exact_mut(4)).enumerate() {
                 let inv = 1.0 / w.state.l[h];
                 for (r, &a) in w.row.iter_mut().zip(&w.state.acc[h * d..(h + 1) * d]) {
                     *r = a * inv;
                 }
                 self.out_elt.encode(&w.row, out);
+                lse.copy_from_slice(&lse_of(w.state.m[h], w.state.l[h]).to_le_bytes());
             }
         };
-        let item_bytes = self.group_bytes(self.out_elt);
+        let (item_bytes, lse_bytes) = (self.group_bytes(self.out_elt), self.item_heads() * 4);
         if self.parallel {
-            out.par_chunks_mut(item_bytes).enumerate().for_each_init(|| self.worker(), item);
+            out.par_chunks_mut(item_bytes)
+                .zip(lse.par_chunks_mut(lse_bytes))
+                .enumerate()
+                .for_each_init(|| self.worker(), item);
         } else {
             let mut w = self.worker();
-            out.chunks_mut(item_bytes).enumerate().for_each(|x| item(&mut w, x));
+            out.chunks_mut(item_bytes).zip(lse.chunks_mut(lse_bytes)).enumerate().for_each(|x| item(&mut w, x));
         }
     }
 
     /// Work items `(sequence, KV head, split)`; partial states go to the
     /// workspace in the layout of `decode_params.h`, then each `(sequence, KV
     /// head)` group's heads are reduced from there over their active splits.
-    fn run_split(&self, out: &mut [u8], workspace: &mut [u8], num_splits: usize) {
+    fn run_split(&self, out: &mut [u8], lse: &mut [u8], workspace: &mut [u8], num_splits: usize) {
         let (g, d) = (self.item_heads(), self.head_dim);
         let rows = self.seq_lens.len() * self.num_q_heads * num_splits;
         let (acc_ws, rest) = workspace.split_at_mut(rows * d * 4);
         let ml_ws = &mut rest[..rows * 2 * 4];
-        let item = |(item, ((out, acc_ws), ml_ws)): SplitItem<'_>| {
+        let item = |(item, (((out, lse), acc_ws), ml_ws)): SplitItem<'_>| {
             let items = self.num_kv_heads / self.kv_heads_per_item;
             let (seq, kv_head) = (item / items, item % items * self.kv_heads_per_item);
             let split = self.rule.split(self.seq_lens[seq]);
             let active = split.active_splits as usize;
             if active == 0 {
                 out.fill(0);
+                lse.chunks_exact_mut(4).for_each(|x| x.copy_from_slice(&f32::NEG_INFINITY.to_le_bytes()));
                 return;
             }
             let buffers = || (vec![0.0f32; g * d], Scratch::new(self.group, d));
@@ -616,18 +643,20 @@ impl Exec<'_> {
                 }
             }
             drop(states);
-            self.reduce(out, acc_ws, ml_ws, num_splits, active);
+            self.reduce(out, lse, acc_ws, ml_ws, num_splits, active);
         };
         let (out_bytes, acc_bytes, ml_bytes) =
             (self.group_bytes(self.out_elt), g * num_splits * d * 4, g * num_splits * 2 * 4);
         if self.parallel {
             out.par_chunks_mut(out_bytes)
+                .zip(lse.par_chunks_mut(g * 4))
                 .zip(acc_ws.par_chunks_mut(acc_bytes))
                 .zip(ml_ws.par_chunks_mut(ml_bytes))
                 .enumerate()
                 .for_each(item);
         } else {
             out.chunks_mut(out_bytes)
+                .zip(lse.chunks_mut(g * 4))
                 .zip(acc_ws.chunks_mut(acc_bytes))
                 .zip(ml_ws.chunks_mut(ml_bytes))
                 .enumerate()
@@ -636,14 +665,14 @@ impl Exec<'_> {
     }
 
     /// Merges the `active` partial states of each head of one group, read back
-    /// from the workspace, with one division per head.
-    fn reduce(&self, out: &mut [u8], acc_ws: &[u8], ml_ws: &[u8], num_splits: usize, active: usize) {
+    /// from the workspace, with one division per head; writes each head's LSE.
+    fn reduce(&self, out: &mut [u8], lse: &mut [u8], acc_ws: &[u8], ml_ws: &[u8], num_splits: usize, active: usize) {
         let d = self.head_dim;
         let mut ml = vec![0.0f32; 2 * active];
         let mut partial = vec![0.0f32; d];
         let mut sum = vec![0.0f32; d];
         let out_row = d * self.out_elt.size();
-        for (h, out) in out.chunks_exact_mut(out_row).enumerate() {
+        for (h, (out, lse)) in out.chunks_exact_mut(out_row).zip(lse.chunks_exact_mut(4)).enumerate() {
             let first = h * num_splits;
             Elt::F32.decode(&ml_ws[first * 8..(first + active) * 8], &mut ml);
             let m_max = ml.chunks_exact(2).fold(f32::NEG_INFINITY, |m, s| m.max(s[0]));
@@ -661,6 +690,7 @@ impl Exec<'_> {
             let inv = 1.0 / total;
             sum.iter_mut().for_each(|o| *o *= inv);
             self.out_elt.encode(&sum, out);
+            lse.copy_from_slice(&lse_of(m_max, total).to_le_bytes());
         }
     }
 }

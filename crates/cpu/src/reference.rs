@@ -14,6 +14,13 @@ use decode_attn_core::synth::HostBatch;
 /// sequence with a token whose slot falls outside the index or the pool gives
 /// NaN, as the kernels' guards do.
 pub fn decode_reference(batch: &HostBatch, softmax_scale: f32) -> Vec<f64> {
+    decode_reference_with_lse(batch, softmax_scale).0
+}
+
+/// [`decode_reference`] and each output row's log-sum-exp in the natural log,
+/// `ln(sum_t exp(softmax_scale * q.k_t))`, `[num_seqs, num_q_heads]`: `-inf`
+/// for a sequence of length 0, NaN where the output is NaN.
+pub fn decode_reference_with_lse(batch: &HostBatch, softmax_scale: f32) -> (Vec<f64>, Vec<f64>) {
     let problem = &batch.problem;
     let shape = problem.shape;
     let (num_q_heads, num_kv_heads, d) = (shape.num_q_heads, shape.num_kv_heads, shape.head_dim);
@@ -24,6 +31,7 @@ pub fn decode_reference(batch: &HostBatch, softmax_scale: f32) -> Vec<f64> {
     let v = dtype::decode(problem.dtypes.kv, &batch.v_cache);
     let num_seqs = batch.seq_lens.len();
     let mut out = vec![0.0f64; num_seqs * num_q_heads * d];
+    let mut lse = vec![f64::NEG_INFINITY; num_seqs * num_q_heads];
 
     for (seq, &seq_len) in batch.seq_lens.iter().enumerate() {
         let seq_len = seq_len.max(0) as usize;
@@ -32,6 +40,7 @@ pub fn decode_reference(batch: &HostBatch, softmax_scale: f32) -> Vec<f64> {
         }
         let Some(slots) = (0..seq_len).map(|t| batch.slot(seq, t)).collect::<Option<Vec<usize>>>() else {
             out[seq * num_q_heads * d..][..num_q_heads * d].fill(f64::NAN);
+            lse[seq * num_q_heads..][..num_q_heads].fill(f64::NAN);
             continue;
         };
         for h in 0..num_q_heads {
@@ -49,6 +58,7 @@ pub fn decode_reference(batch: &HostBatch, softmax_scale: f32) -> Vec<f64> {
             let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let weights: Vec<f64> = scores.iter().map(|&s| (s - max).exp()).collect();
             let sum: f64 = weights.iter().sum();
+            lse[seq * num_q_heads + h] = max + sum.ln();
 
             let o = &mut out[(seq * num_q_heads + h) * d..][..d];
             for (&slot, &w) in slots.iter().zip(&weights) {
@@ -59,7 +69,7 @@ pub fn decode_reference(batch: &HostBatch, softmax_scale: f32) -> Vec<f64> {
             o.iter_mut().for_each(|x| *x /= sum);
         }
     }
-    out
+    (out, lse)
 }
 
 #[cfg(test)]

@@ -370,3 +370,85 @@ fn a_batch_rule_cuts_by_the_lengths_it_is_given() {
         }
     }
 }
+
+/// The LSEs a decode writes are what its merge reads: a sequence decoded
+/// whole equals its first tokens and the rest decoded apart and merged by
+/// `merge_attn_states` (context-parallel decode, cascade attention), output
+/// and LSE, and the LSEs match the f64 reference's, split or not.
+#[test]
+fn decoded_lses_merge_two_halves_into_the_whole() {
+    use decode_attn_core::synth::HostIndex;
+    use decode_attn_core::MergeArgs;
+    use decode_attn_cpu::reference::decode_reference_with_lse;
+    use decode_attn_cpu::CpuBuffer;
+
+    let backend = backend();
+    let dtypes = uniform(DType::F32);
+    let lens = [700u32, 77, 0, 16, 1];
+    let whole = HostBatch::random(&problem(8, 2, 64, dtypes, KvLayout::token_indices(1), &lens), 11);
+    let cut = [300usize, 77, 0, 5, 0]; // tokens of each sequence in the first part
+    let HostIndex::TokenIndices { indptr, indices } = &whole.index else { unreachable!("a token-index batch") };
+    let part = |first: bool| {
+        let mut batch = whole.clone();
+        let (mut part_indptr, mut part_indices, mut part_lens) = (vec![0i32], Vec::new(), Vec::new());
+        for (seq, &len) in lens.iter().enumerate() {
+            let start = indptr[seq] as usize;
+            let range = if first { start..start + cut[seq] } else { start + cut[seq]..start + len as usize };
+            part_lens.push(range.len() as u32);
+            part_indices.extend_from_slice(&indices[range]);
+            part_indptr.push(part_indices.len() as i32);
+        }
+        batch.problem.seq_lens = part_lens.clone();
+        batch.seq_lens = part_lens.iter().map(|&l| l as i32).collect();
+        batch.index = HostIndex::TokenIndices { indptr: part_indptr, indices: part_indices };
+        batch
+    };
+    for policy in [Policy::Fixed { splits: 1 }, Policy::Fixed { splits: 4 }, Policy::Auto] {
+        let run = |batch: &HostBatch| {
+            let plan = backend.plan(&batch.problem, policy).unwrap();
+            let mut buffers = Buffers::new(batch, &plan).with_lse(&plan);
+            buffers.decode(&backend, &plan, None).unwrap();
+            let (out, lse) = (buffers.out_f32(&plan), buffers.lse_f32());
+            let (_, reference) = decode_reference_with_lse(batch, batch.problem.shape.default_scale());
+            for (row, (&got, &want)) in lse.iter().zip(&reference).enumerate() {
+                let ok = if want.is_finite() { (got as f64 - want).abs() <= 1e-4 } else { got as f64 == want };
+                assert!(ok, "{policy} row {row}: lse {got} against the reference's {want}");
+            }
+            (buffers.out, buffers.lse.unwrap(), out)
+        };
+        let (_, whole_lse, whole_out) = run(&whole);
+        let (first_out, first_lse, _) = run(&part(true));
+        let (second_out, second_lse, _) = run(&part(false));
+        let rows = lens.len() * 8;
+        let mut merged = CpuBuffer::from_bytes(vec![POISON; rows * 64 * 4]);
+        let mut merged_lse = CpuBuffer::from_bytes(vec![POISON; rows * 4]);
+        backend
+            .merge_attn_states(MergeArgs {
+                num_tokens: lens.len(),
+                num_heads: 8,
+                head_dim: 64,
+                dtype: DType::F32,
+                prefix: &first_out,
+                prefix_lse: &first_lse,
+                suffix: &second_out,
+                suffix_lse: &second_lse,
+                out: &mut merged,
+                out_lse: Some(&mut merged_lse),
+            })
+            .unwrap();
+        let merged_out = decode_attn_core::dtype::decode(DType::F32, merged.as_bytes());
+        let whole_f64: Vec<f64> = whole_out.iter().map(|&x| x as f64).collect();
+        let err = relative_error(&merged_out, &whole_f64);
+        assert!(err <= 1e-5, "{policy}: merged halves against the whole: relative error {err:e}");
+        let (a, b) = (
+            decode_attn_core::dtype::decode(DType::F32, merged_lse.as_bytes()),
+            decode_attn_core::dtype::decode(DType::F32, whole_lse.as_bytes()),
+        );
+        for (row, (&x, &y)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                x == y || (x - y).abs() <= 1e-5 * y.abs().max(1.0),
+                "{policy} row {row}: merged lse {x}, whole {y}"
+            );
+        }
+    }
+}

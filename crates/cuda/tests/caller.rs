@@ -139,6 +139,7 @@ impl BorrowedBatch {
             kv_index: KvIndexBuffers::BlockTable { table: &self.table, max_blocks_per_seq: self.max_blocks_per_seq },
             workspace: &mut self.workspace,
             out: &mut self.out,
+            lse: None,
             softmax_scale: None,
         }
     }

@@ -428,7 +428,7 @@ impl_narrow!(CudaBuffer, Cuda, "cuda");
 impl_narrow!(HipBuffer, Hip, "hip");
 
 fn narrow_decode_args<'a, T: Narrow>(args: DecodeArgs<'a, Buffer>) -> Result<DecodeArgs<'a, T>> {
-    let DecodeArgs { q, k_cache, v_cache, seq_lens, kv_index, workspace, out, softmax_scale } = args;
+    let DecodeArgs { q, k_cache, v_cache, seq_lens, kv_index, workspace, out, lse, softmax_scale } = args;
     Ok(DecodeArgs {
         q: T::narrow(q, "q")?,
         k_cache: T::narrow(k_cache, "k_cache")?,
@@ -445,6 +445,10 @@ fn narrow_decode_args<'a, T: Narrow>(args: DecodeArgs<'a, Buffer>) -> Result<Dec
         },
         workspace: T::narrow_mut(workspace, "workspace")?,
         out: T::narrow_mut(out, "out")?,
+        lse: match lse {
+            Some(lse) => Some(T::narrow_mut(lse, "lse")?),
+            None => None,
+        },
         softmax_scale,
     })
 }
@@ -578,8 +582,9 @@ impl KvRotation {
     }
 }
 
-/// Device copies of a [`synth::HostBatch`]'s inputs, with an output and a
-/// workspace sized for one plan: what a test or a benchmark hands to `decode`.
+/// Device copies of a [`synth::HostBatch`]'s inputs, with an output, an LSE
+/// buffer and a workspace sized for one plan: what a test or a benchmark hands
+/// to `decode`.
 pub struct DeviceBatch<B> {
     pub q: B,
     pub k_cache: B,
@@ -588,6 +593,9 @@ pub struct DeviceBatch<B> {
     pub index: DeviceIndex<B>,
     pub workspace: B,
     pub out: B,
+    /// f32 `[num_seqs, num_q_heads]`, written only by [`DeviceBatch::args_with_lse`]'s
+    /// calls; `None` for a batch of no rows (device allocators may refuse zero bytes).
+    pub lse: Option<B>,
 }
 
 /// The device side of [`synth::HostIndex`].
@@ -638,13 +646,24 @@ impl<B: DeviceBuffer> DeviceBatch<B> {
             index,
             workspace,
             out: upload(&vec![out_fill; batch.problem.out_bytes()])?,
+            lse: match batch.problem.num_seqs() * batch.problem.shape.num_q_heads * 4 {
+                0 => None,
+                bytes => Some(upload(&vec![out_fill; bytes])?),
+            },
         })
     }
 
-    /// The arguments of one `decode` over this batch, with the default softmax scale.
+    /// The arguments of one `decode` over this batch, with the default softmax
+    /// scale and no LSE.
     pub fn args(&mut self) -> DecodeArgs<'_, B> {
-        let DeviceBatch { q, k_cache, v_cache, seq_lens, index, workspace, out } = self;
+        let DeviceBatch { q, k_cache, v_cache, seq_lens, index, workspace, out, .. } = self;
         batch_args(q, k_cache, v_cache, seq_lens, index, workspace, out)
+    }
+
+    /// [`DeviceBatch::args`] asking for the rows' LSEs in [`DeviceBatch::lse`].
+    pub fn args_with_lse(&mut self) -> DecodeArgs<'_, B> {
+        let DeviceBatch { q, k_cache, v_cache, seq_lens, index, workspace, out, lse } = self;
+        DecodeArgs { lse: lse.as_mut(), ..batch_args(q, k_cache, v_cache, seq_lens, index, workspace, out) }
     }
 
     /// Like [`DeviceBatch::args`], but reading K and V from other pools laid out
@@ -713,6 +732,14 @@ impl<B: DeviceBuffer> DeviceBatch<B> {
         backend.download(&self.out, &mut bytes)?;
         Ok(dtype::decode(dtype, &bytes))
     }
+
+    /// The LSE buffer, `[num_seqs, num_q_heads]` (what `args_with_lse`'s last call wrote).
+    pub fn download_lse<D: DecodeAttention<Buffer = B> + ?Sized>(&self, backend: &D) -> Result<Vec<f32>> {
+        let Some(lse) = &self.lse else { return Ok(Vec::new()) };
+        let mut bytes = vec![0u8; lse.len_bytes()];
+        backend.download(lse, &mut bytes)?;
+        Ok(dtype::decode(DType::F32, &bytes))
+    }
 }
 
 fn batch_args<'a, B>(
@@ -730,7 +757,7 @@ fn batch_args<'a, B>(
         }
         DeviceIndex::TokenIndices { indptr, indices } => KvIndexBuffers::TokenIndices { indptr, indices },
     };
-    DecodeArgs { q, k_cache, v_cache, seq_lens, kv_index, workspace, out, softmax_scale: None }
+    DecodeArgs { q, k_cache, v_cache, seq_lens, kv_index, workspace, out, lse: None, softmax_scale: None }
 }
 
 /// Uploads `batch`, runs `plan` once, and returns the outputs as f32

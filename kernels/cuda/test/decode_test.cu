@@ -7,7 +7,7 @@
 //   /tmp/decode_test quick      # correctness only
 // Without one (the kernels on CPU fibers, see cuda_emu.h; correctness only):
 //   g++ -std=c++17 -O1 -DDA_EMULATE -x c++ -I kernels/cuda kernels/cuda/test/decode_test.cu -o /tmp/decode_emu
-//   /tmp/decode_emu             # about 1.5 minutes: 690 cases (250 stream, 180 mma)
+//   /tmp/decode_emu             # about 2 minutes: 696 cases (252 stream, 182 mma)
 // (`cargo test` runs it so: tests/tests/emulated_kernels.rs.)
 //   /tmp/decode_emu mma [heads] # the tensor-core kernel only; `heads`: its grids heads first
 //
@@ -24,6 +24,11 @@
 // decode_stream_reduce_* (num_seqs, num_q_heads) when num_splits > 1).
 // Stream-only cases (g * head_dim above the staged kernel's 4096) skip the
 // staged kernel.
+//
+// Every case passes out_lse (poisoned with NaN) and checks it against the
+// f64 reference's LSE: within 1e-3 max(1, |ref|), exactly -inf for an empty
+// sequence, NaN (written, not the poison) where the output is NaN; every
+// NULL_LSE_EVERY-th run of a kernel repeats with out_lse null (check_one).
 #ifdef DA_EMULATE
 #include "cuda_emu.h"
 #include "mma_emu.h"
@@ -264,6 +269,7 @@ struct DeviceProblem {
     void *q, *k, *v, *out;
     int *lens, *table, *indptr, *indices;
     float *pacc, *pml;
+    float* lse = nullptr;  // [B, hq], the out_lse of cases that ask for it
 };
 
 // The floor on tiles per split the rule gives every sequence of the batch:
@@ -297,6 +303,7 @@ static DecodeParams make_params(const Problem& P, DeviceProblem& D) {
     p.kv_indices = c.layout == 1 ? D.indices : nullptr;
     p.partial_acc = c.num_splits > 1 ? D.pacc : nullptr;
     p.partial_ml = c.num_splits > 1 ? D.pml : nullptr;
+    p.out_lse = D.lse;
     p.num_slots = P.num_slots;
     p.num_indices = P.num_indices;
     p.num_seqs = P.B;
@@ -337,12 +344,14 @@ static DeviceProblem upload(const Problem& P) {
     D.pml = dalloc<float>(rows * 2);
     CK(cudaMemset(D.pacc, 0xff, rows * c.d * 4));  // NaN: a reducer reading an unwritten row shows
     CK(cudaMemset(D.pml, 0xff, rows * 2 * 4));
+    D.lse = dalloc<float>((size_t)P.B * P.hq);
+    CK(cudaMemset(D.lse, 0xff, (size_t)P.B * P.hq * 4));  // NaN: an LSE left unwritten shows
     return D;
 }
 
 static void release(DeviceProblem& D) {
     for (void* p : {D.q, D.k, D.v, D.out, (void*)D.lens, (void*)D.table, (void*)D.indptr, (void*)D.indices,
-                    (void*)D.pacc, (void*)D.pml})
+                    (void*)D.pacc, (void*)D.pml, (void*)D.lse})
         cudaFree(p);
 }
 
@@ -399,10 +408,12 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
     if (P.c.num_splits > 1) DA_LAUNCH(kp.reduce, dim3(P.B, P.hq), DECODE_THREADS, s, p);
 }
 
-// Reference output for (b, h), or NaN row if the sequence is corrupt.
-static bool reference(const Problem& P, int b, int h, std::vector<double>& o) {
+// Reference output for (b, h) and its LSE (natural log, -inf for an empty
+// sequence), or false (a NaN row and LSE) if the sequence is corrupt.
+static bool reference(const Problem& P, int b, int h, std::vector<double>& o, double& lse) {
     const Case& c = P.c;
     o.assign(c.d, 0.0);
+    lse = NAN;
     int kind = c.corrupt.empty() ? NONE : c.corrupt[b];
     if (kind == BAD_INDPTR && c.layout != 1) kind = NONE;
     if (kind == BAD_SLOT && c.lens[b] == 0) kind = NONE;
@@ -412,7 +423,7 @@ static bool reference(const Problem& P, int b, int h, std::vector<double>& o) {
                              : P.indices[P.indptr[b] + t];
     };
     reference_attention(&P.q[((size_t)b * P.hq + h) * c.d], P.k.data(), P.v.data(), c.lens[b], c.d, c.hkv, h / c.g,
-                        slot_of, o);
+                        slot_of, o, &lse);
     return true;
 }
 
@@ -421,6 +432,7 @@ static int stream_cases = 0, stream_failures = 0;
 static double stream_worst[3] = {0, 0, 0};  // per dtype
 static int mma_cases = 0, mma_failures = 0;
 static double mma_worst[3] = {0, 0, 0};
+static double lse_worst = 0;  // max |lse - ref| over every kernel and case
 
 static void check_one(const Case& c, const char* label, int kernel);
 
@@ -435,63 +447,110 @@ static void check_case(const Case& c, const char* label, int kernels = 7) {
     if ((kernels >> MMA & 1) && c.heads_cap == 8 && has_mma_kernel(c.dt, c.d)) check_one(c, label, MMA);
 }
 
+// Every check runs with out_lse (poisoned with NaN first) and checks it; every
+// NULL_LSE_EVERY-th check runs once more with out_lse null (out and the
+// workspace poisoned again), so the kernels' default path keeps its coverage.
+#define NULL_LSE_EVERY 3
+static int checks_run = 0;
+
 static void check_one(const Case& c, const char* label, int kernel) {
     Problem P = build(c);
     DeviceProblem D = upload(P);
-    DecodeParams p = make_params(P, D);
-    launch(P, p, 0, kernel);
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
-    std::vector<unsigned char> out(P.qb.size());
-    CK(cudaMemcpy(out.data(), D.out, out.size(), cudaMemcpyDeviceToHost));
+    const bool null_too = checks_run++ % NULL_LSE_EVERY == 0;
     int bad = 0;
-    if (c.num_splits > 1) {
-        // Surplus splits write nothing: their partial rows keep the 0xff fill.
-        // Nor does a lone split on the stream and tensor-core kernels where a
-        // CTA takes one split: its CTA writes the output (cta_writes_output).
-        const bool per_warp = kernel == MMA && warp_splits;
-        const bool lone_direct = kernel != STAGED && !per_warp;
-        std::vector<unsigned> ml((size_t)P.B * P.hq * c.num_splits * 2);
-        CK(cudaMemcpy(ml.data(), D.pml, ml.size() * 4, cudaMemcpyDeviceToHost));
-        for (int b = 0; b < P.B; ++b) {
-            if (!c.corrupt.empty() && c.corrupt[b] != NONE) continue;
-            unsigned active = (unsigned)host_split_rule(c.lens[b], c.num_splits, batch_min_tiles(P)).active;
-            for (int h = 0; h < P.hq; ++h)
-                for (int j = 0; j < c.num_splits; ++j) {
-                    unsigned m = ml[(((size_t)b * P.hq + h) * c.num_splits + j) * 2];
-                    bool written = m != 0xffffffffu;
-                    bool expected = j < (int)active && !(lone_direct && active == 1);
-                    if (written != expected && bad++ < 5)
-                        printf("    b=%d h=%d split %d of %u active: written=%d\n", b, h, j, active, (int)written);
-                }
+    double worst = 0, worst_lse = 0;
+    for (int pass = 0; pass < (null_too ? 2 : 1); ++pass) {
+        const bool with_lse = pass == 0;
+        if (pass > 0) {
+            const size_t rows = (size_t)P.B * P.hq * c.num_splits;
+            CK(cudaMemset(D.out, 0x7f, P.qb.size()));
+            CK(cudaMemset(D.pacc, 0xff, rows * c.d * 4));
+            CK(cudaMemset(D.pml, 0xff, rows * 2 * 4));
+            CK(cudaMemset(D.lse, 0xff, (size_t)P.B * P.hq * 4));
         }
-    }
-    const double atol = c.dt == F32 ? 2e-5 : c.dt == F16 ? 2e-3 : 1.6e-2;
-    const double rtol = c.dt == F32 ? 2e-5 : c.dt == F16 ? 2e-3 : 1.6e-2;
-    double worst = 0;
-    std::vector<double> ref;
-    // The tensor-core kernel's power-of-two entry point reports any other
-    // block size as bad input (the host sends those to the anyblock entry).
-    const bool mma_rejects =
-        kernel == MMA && pow2_entry && c.layout == DECODE_LAYOUT_BLOCK_TABLE && (c.bs & (c.bs - 1)) != 0;
-    for (int b = 0; b < P.B; ++b)
-        for (int h = 0; h < P.hq; ++h) {
-            bool ok = reference(P, b, h, ref) && !mma_rejects;
-            for (int i = 0; i < c.d; ++i) {
-                float got = decode_elem(c.dt, &out[(((size_t)b * P.hq + h) * c.d + i) * dt_size(c.dt)]);
-                if (!ok) {
-                    if (!std::isnan(got)) {
-                        if (bad++ < 5) printf("    b=%d h=%d i=%d: want NaN, got %g\n", b, h, i, got);
+        DecodeParams p = make_params(P, D);
+        if (!with_lse) p.out_lse = nullptr;
+        launch(P, p, 0, kernel);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        std::vector<unsigned char> out(P.qb.size());
+        CK(cudaMemcpy(out.data(), D.out, out.size(), cudaMemcpyDeviceToHost));
+        std::vector<float> lse((size_t)P.B * P.hq);
+        CK(cudaMemcpy(lse.data(), D.lse, lse.size() * 4, cudaMemcpyDeviceToHost));
+        const char* pass_name = with_lse ? "" : " (out_lse null)";
+        if (c.num_splits > 1) {
+            // Surplus splits write nothing: their partial rows keep the 0xff fill.
+            // Nor does a lone split on the stream and tensor-core kernels where a
+            // CTA takes one split: its CTA writes the output (cta_writes_output).
+            const bool per_warp = kernel == MMA && warp_splits;
+            const bool lone_direct = kernel != STAGED && !per_warp;
+            std::vector<unsigned> ml((size_t)P.B * P.hq * c.num_splits * 2);
+            CK(cudaMemcpy(ml.data(), D.pml, ml.size() * 4, cudaMemcpyDeviceToHost));
+            for (int b = 0; b < P.B; ++b) {
+                if (!c.corrupt.empty() && c.corrupt[b] != NONE) continue;
+                unsigned active = (unsigned)host_split_rule(c.lens[b], c.num_splits, batch_min_tiles(P)).active;
+                for (int h = 0; h < P.hq; ++h)
+                    for (int j = 0; j < c.num_splits; ++j) {
+                        unsigned m = ml[(((size_t)b * P.hq + h) * c.num_splits + j) * 2];
+                        bool written = m != 0xffffffffu;
+                        bool expected = j < (int)active && !(lone_direct && active == 1);
+                        if (written != expected && bad++ < 5)
+                            printf("    b=%d h=%d split %d of %u active: written=%d%s\n", b, h, j, active,
+                                   (int)written, pass_name);
                     }
-                    continue;
-                }
-                double err = std::fabs(got - ref[i]);
-                if (!(err <= atol + rtol * std::fabs(ref[i]))) {
-                    if (bad++ < 5) printf("    b=%d h=%d i=%d: got %g want %g\n", b, h, i, got, ref[i]);
-                }
-                if (std::isfinite(err)) worst = std::max(worst, err);
             }
         }
+        const double atol = c.dt == F32 ? 2e-5 : c.dt == F16 ? 2e-3 : 1.6e-2;
+        const double rtol = c.dt == F32 ? 2e-5 : c.dt == F16 ? 2e-3 : 1.6e-2;
+        std::vector<double> ref;
+        double ref_lse = 0;
+        // The tensor-core kernel's power-of-two entry point reports any other
+        // block size as bad input (the host sends those to the anyblock entry).
+        const bool mma_rejects =
+            kernel == MMA && pow2_entry && c.layout == DECODE_LAYOUT_BLOCK_TABLE && (c.bs & (c.bs - 1)) != 0;
+        for (int b = 0; b < P.B; ++b)
+            for (int h = 0; h < P.hq; ++h) {
+                bool ok = reference(P, b, h, ref, ref_lse) && !mma_rejects;
+                for (int i = 0; i < c.d; ++i) {
+                    float got = decode_elem(c.dt, &out[(((size_t)b * P.hq + h) * c.d + i) * dt_size(c.dt)]);
+                    if (!ok) {
+                        if (!std::isnan(got)) {
+                            if (bad++ < 5) printf("    b=%d h=%d i=%d: want NaN, got %g%s\n", b, h, i, got, pass_name);
+                        }
+                        continue;
+                    }
+                    double err = std::fabs(got - ref[i]);
+                    if (!(err <= atol + rtol * std::fabs(ref[i]))) {
+                        if (bad++ < 5) printf("    b=%d h=%d i=%d: got %g want %g%s\n", b, h, i, got, ref[i], pass_name);
+                    }
+                    if (std::isfinite(err)) worst = std::max(worst, err);
+                }
+                // The LSE: NaN where the output is, exactly -inf for an empty
+                // sequence, else within 1e-3 max(1, |ref|). The poison (0xff
+                // bytes) is a NaN with its sign bit set, the kernels' NaNs
+                // (da_nan(), and arithmetic on it) have it clear: so an LSE
+                // left unwritten shows where NaN is wanted too. With out_lse
+                // null, the buffer keeps its poison bit for bit.
+                const float got = lse[(size_t)b * P.hq + h];
+                unsigned got_bits;
+                memcpy(&got_bits, &got, 4);
+                bool lse_ok;
+                if (!with_lse) {
+                    lse_ok = got_bits == 0xffffffffu;
+                } else if (!ok) {
+                    lse_ok = std::isnan(got) && !std::signbit(got);
+                } else if (std::isinf(ref_lse)) {
+                    lse_ok = std::isinf(got) && got < 0;
+                } else {
+                    const double err = std::fabs((double)got - ref_lse);
+                    lse_ok = err <= 1e-3 * std::max(1.0, std::fabs(ref_lse));
+                    if (std::isfinite(err)) worst_lse = std::max(worst_lse, err);
+                }
+                if (!lse_ok && bad++ < 5)
+                    printf("    b=%d h=%d lse: got %g (0x%08x) want %g%s\n", b, h, got, got_bits,
+                           ok && with_lse ? ref_lse : NAN, pass_name);
+            }
+    }
     ++cases_run;
     if (kernel == STREAM) {
         ++stream_cases;
@@ -503,13 +562,15 @@ static void check_one(const Case& c, const char* label, int kernel) {
         mma_failures += bad != 0;
         mma_worst[c.dt] = std::max(mma_worst[c.dt], worst);
     }
+    lse_worst = std::max(lse_worst, worst_lse);
     std::string lens;
     for (size_t i = 0; i < c.lens.size() && i < 6; ++i) lens += std::to_string(c.lens[i]) + ",";
     char heads[16] = "";
     if (kernel == STREAM) snprintf(heads, sizeof heads, " H=%d", stream_heads(c.g, c.heads_cap));
-    printf("%s %-6s%-4s %-5s d=%3d hkv=%d g=%2d layout=%d bs=%3d splits=%3d min=%d lens=%s.. max|err|=%.2e %s\n",
+    printf("%s %-6s%-4s %-5s d=%3d hkv=%d g=%2d layout=%d bs=%3d splits=%3d min=%d lens=%s.. max|err|=%.2e "
+           "lse %.2e%s %s\n",
            bad ? "FAIL" : "ok  ", kernel_name[kernel], heads, dt_name[c.dt], c.d, c.hkv, c.g, c.layout, c.bs,
-           c.num_splits, c.min_tiles, lens.c_str(), worst, label);
+           c.num_splits, c.min_tiles, lens.c_str(), worst, worst_lse, null_too ? " +null" : "", label);
     if (bad) ++failures;
     release(D);
 }
@@ -866,6 +927,10 @@ int main(int argc, char** argv) {
                        "guards: negative, too long");
             check_case({F16, 64, 2, 3, layout, 32, {100, 200, 300, 400, 50}, ns, 1, {BAD_SLOT, NONE, BAD_SLOT, NONE, NONE}},
                        "guards: bad slot");
+            // A bad slot in a lone split (the CTA writes the NaN output and LSE, not the reducer).
+            if (ns > 1)
+                check_case({F16, 64, 2, 3, layout, 32, {100, 9, 300, 7, 0}, ns, 1, {NONE, BAD_SLOT, NONE, BAD_SLOT, NONE}},
+                           "guards: bad slot in a lone split");
             if (layout == 1)
                 check_case({F32, 80, 1, 2, 1, 16, {100, 200, 300, 400}, ns, 1, {NONE, BAD_INDPTR, BAD_INDPTR, NONE}},
                            "guards: bad indptr");
@@ -878,6 +943,7 @@ int main(int argc, char** argv) {
            stream_failures, stream_worst[F32], stream_worst[F16], stream_worst[BF16]);
     printf("mma kernel: %d cases, %d failed; max|err| f16 %.2e bf16 %.2e\n", mma_cases, mma_failures, mma_worst[F16],
            mma_worst[BF16]);
+    printf("out_lse: max|lse - ref| %.2e over every kernel\n", lse_worst);
     printf("%d passed, %d failed\n", cases_run - failures, failures);
     if (quick || failures) return failures ? 1 : 0;
 #ifdef DA_EMULATE

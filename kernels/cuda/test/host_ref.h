@@ -55,11 +55,15 @@ static inline HostSplit host_split_rule(long long len, long long num_splits, lon
 }
 
 // o = softmax(q k^T / sqrt(d)) v in f64 over tokens 0..len-1 of KV head
-// kv_head, token t in slot slot_of(t) of the pools k, v [slots, num_kv_heads, d].
+// kv_head, token t in slot slot_of(t) of the pools k, v [slots, num_kv_heads, d];
+// and, where `lse` is not null, the row's log-sum-exp in the natural log,
+// ln(sum_t exp(q . k_t / sqrt(d))) (-inf for len 0), as DecodeParams::out_lse
+// holds it.
 template <typename SlotOf>
 static void reference_attention(const float* q, const float* k, const float* v, int len, int d, int num_kv_heads,
-                                int kv_head, SlotOf slot_of, std::vector<double>& o) {
+                                int kv_head, SlotOf slot_of, std::vector<double>& o, double* lse = nullptr) {
     o.assign(d, 0.0);
+    if (lse) *lse = -INFINITY;
     if (len == 0) return;
     const double scale = 1.0 / std::sqrt((double)d);
     std::vector<double> sc(len);
@@ -81,4 +85,5 @@ static void reference_attention(const float* q, const float* k, const float* v, 
         for (int i = 0; i < d; ++i) o[i] += w * vr[i];
     }
     for (int i = 0; i < d; ++i) o[i] /= l;
+    if (lse) *lse = m + std::log(l);
 }

@@ -15,11 +15,15 @@
 // Launches as the host must: decode_kvgrid_<T>_d<D> on grid (num_seqs,
 // num_splits, num_kv_heads) x 256 threads, then, when num_splits > 1,
 // decode_kvgrid_reduce_<T>_d<D> on (num_seqs, num_q_heads) x 256. Output,
-// partial_acc and partial_ml are poisoned with NaN bytes before each run.
-// Checks: relative error norm ||out - ref|| / ||ref|| over the good sequences
-// (limits bf16 1e-2, f16 5e-3, f32 1e-5), every element finite; NaN rows for
-// bad sequences only; exact zeros for length 0; surplus splits write no
-// partial row.
+// partial_acc, partial_ml and out_lse are poisoned with NaN bytes before each
+// run. Checks: relative error norm ||out - ref|| / ||ref|| over the good
+// sequences (limits bf16 1e-2, f16 5e-3, f32 1e-5), every element finite; NaN
+// rows for bad sequences only; exact zeros for length 0; surplus splits write
+// no partial row. Every other case passes an out_lse (the rest null, so the
+// null path stays covered) and checks it against the f64 LSE,
+// ln(sum_t exp(q . k_t / sqrt(d))): |lse - ref| <= 1e-3 max(1, |ref|), -inf
+// exactly for length 0, NaN exactly for the NaN rows (written: not the
+// poison's bits), and nothing written past [num_seqs, num_q_heads].
 #define DA_EMULATE_PORTABLE 1
 #include "test/cuda_emu.h"
 #include "mfma_emu.h"  // kernels/hip/test: the MFMA path's instructions, wave 64 only
@@ -157,8 +161,29 @@ static void reference(const Run& R, int b, int h, std::vector<double>& o) {
                         slot_of, o);
 }
 
-static int failures = 0, cases_run = 0;
-static double worst[3] = {0, 0, 0};
+// ln(sum_t exp(q . k_t / sqrt(d))) in f64 over tokens 0..len-1 (len > 0).
+static double reference_lse(const Run& R, int b, int h) {
+    const Case& c = R.c;
+    const float* q = &R.q[((size_t)b * R.hq + h) * c.d];
+    const double scale = 1.0 / std::sqrt((double)c.d);
+    std::vector<double> sc(c.lens[b]);
+    double m = -INFINITY;
+    for (int t = 0; t < c.lens[b]; ++t) {
+        const long long slot = c.layout == 0 ? (long long)R.table[(size_t)b * R.mbps + t / c.bs] * c.bs + t % c.bs
+                                             : R.indices[R.indptr[b] + t];
+        const float* kr = &R.k[((size_t)slot * c.hkv + h / c.g) * c.d];
+        double dot = 0;
+        for (int i = 0; i < c.d; ++i) dot += (double)q[i] * kr[i];
+        sc[t] = dot * scale;
+        m = std::max(m, sc[t]);
+    }
+    double l = 0;
+    for (double s : sc) l += std::exp(s - m);
+    return m + std::log(l);
+}
+
+static int failures = 0, cases_run = 0, lse_cases = 0;
+static double worst[3] = {0, 0, 0}, worst_lse[3] = {0, 0, 0};
 
 template <typename T>
 static T* dalloc(size_t n, int fill) {
@@ -188,6 +213,13 @@ static void check(const Case& c0, const char* label) {
     const size_t rows = (size_t)B * hq * ns;
     float* pacc = dalloc<float>(rows * d, 0xff);
     float* pml = dalloc<float>(rows * 2, 0xff);
+    // out_lse on half the cases, in the pattern on, off, off, on (so both of
+    // a pair of consecutive checks get it in turn), null on the rest;
+    // LSE_GUARD floats past its end must stay poisoned.
+    constexpr int LSE_GUARD = 64;
+    const bool want_lse = ((cases_run + cases_run / 2) & 1) == 0;
+    const size_t lse_n = (size_t)B * hq;
+    float* lse = dalloc<float>(lse_n + LSE_GUARD, 0xff);
     DecodeParams p;
     memset(&p, 0, sizeof p);
     p.q = q;
@@ -200,6 +232,7 @@ static void check(const Case& c0, const char* label) {
     p.kv_indices = c.layout == 1 ? R.indices.data() : nullptr;
     p.partial_acc = ns > 1 ? pacc : nullptr;
     p.partial_ml = ns > 1 ? pml : nullptr;
+    p.out_lse = want_lse ? lse : nullptr;
     p.num_slots = R.num_slots;
     p.num_indices = R.num_indices;
     p.num_seqs = B;
@@ -255,6 +288,42 @@ static void check(const Case& c0, const char* label) {
                 ref2 += ref[i] * ref[i];
             }
         }
+    double lse_err = 0;
+    if (want_lse) {
+        for (int b = 0; b < B; ++b)
+            for (int h = 0; h < hq; ++h) {
+                const float got = lse[(size_t)b * hq + h];
+                if (is_bad(c, b)) {
+                    // The poison is a NaN too: a NaN the kernel wrote has other bits (dap_nan() is 0x7fffffff).
+                    unsigned u;
+                    memcpy(&u, &got, 4);
+                    if (!std::isnan(got) && bad++ < 5) printf("    b=%d h=%d: lse want NaN, got %g\n", b, h, got);
+                    if (u == 0xffffffffu && bad++ < 5) printf("    b=%d h=%d: lse want NaN, left unwritten\n", b, h);
+                    continue;
+                }
+                if (c.lens[b] == 0) {
+                    if (!(std::isinf(got) && got < 0) && bad++ < 5)
+                        printf("    b=%d h=%d: lse want -inf (empty), got %g\n", b, h, got);
+                    continue;
+                }
+                const double want = reference_lse(R, b, h);
+                const double err = std::fabs((double)got - want) / std::max(1.0, std::fabs(want));
+                if (!std::isfinite(got) || !(err <= 1e-3)) {
+                    if (bad++ < 5) printf("    b=%d h=%d: lse got %.7g want %.7g\n", b, h, got, want);
+                    continue;
+                }
+                lse_err = std::max(lse_err, err);
+            }
+        worst_lse[c.dt] = std::max(worst_lse[c.dt], lse_err);
+        ++lse_cases;
+    }
+    {  // nothing written past the rows (and, with a null out_lse, nothing at all)
+        unsigned u;
+        for (size_t i = want_lse ? lse_n : 0; i < lse_n + LSE_GUARD; ++i) {
+            memcpy(&u, &lse[i], 4);
+            if (u != 0xffffffffu && bad++ < 5) printf("    lse[%zu] written (%s out_lse)\n", i, want_lse ? "past" : "null");
+        }
+    }
     const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0;
     const double limit = c.dt == F32 ? 1e-5 : c.dt == F16 ? 5e-3 : 1e-2;
     if (!(rel <= limit)) ++bad;
@@ -262,11 +331,14 @@ static void check(const Case& c0, const char* label) {
     ++cases_run;
     std::string lens;
     for (size_t i = 0; i < c.lens.size() && i < 8; ++i) lens += std::to_string(c.lens[i]) + ",";
-    printf("%s %-4s d=%3d hkv=%d g=%2d layout=%d bs=%2d splits=%3d min=%2d lens=%s rel=%.2e  %s\n", bad ? "FAIL" : "ok  ",
-           dt_name[c.dt], d, c.hkv, c.g, c.layout, c.bs, ns, c.min_tiles, lens.c_str(), rel, label);
+    char lse_note[32] = "lse null   ";
+    if (want_lse) snprintf(lse_note, sizeof lse_note, "lse %.1e", lse_err);
+    printf("%s %-4s d=%3d hkv=%d g=%2d layout=%d bs=%2d splits=%3d min=%2d lens=%s rel=%.2e %s  %s\n",
+           bad ? "FAIL" : "ok  ", dt_name[c.dt], d, c.hkv, c.g, c.layout, c.bs, ns, c.min_tiles, lens.c_str(), rel,
+           lse_note, label);
     fflush(stdout);
     if (bad) ++failures;
-    for (void* ptr : {(void*)q, (void*)k, (void*)v, (void*)out, (void*)pacc, (void*)pml}) free(ptr);
+    for (void* ptr : {(void*)q, (void*)k, (void*)v, (void*)out, (void*)pacc, (void*)pml, (void*)lse}) free(ptr);
 }
 
 int main(int argc, char** argv) {
@@ -346,7 +418,9 @@ int main(int argc, char** argv) {
                 check({F32, 80, 1, 2, 1, 16, {100, 200, 300, 400}, ns, 1, {NONE, BAD_INDPTR, BAD_INDPTR, NONE}},
                       "guards: bad indptr");
         }
-    printf("wave %d: %d cases, %d failed; worst relative error f32 %.2e f16 %.2e bf16 %.2e\n", DAP_WAVE, cases_run,
-           failures, worst[F32], worst[F16], worst[BF16]);
+    printf("wave %d: %d cases, %d failed; worst relative error f32 %.2e f16 %.2e bf16 %.2e; %d cases with out_lse, "
+           "worst LSE error f32 %.2e f16 %.2e bf16 %.2e\n",
+           DAP_WAVE, cases_run, failures, worst[F32], worst[F16], worst[BF16], lse_cases, worst_lse[F32],
+           worst_lse[F16], worst_lse[BF16]);
     return failures ? 1 : 0;
 }

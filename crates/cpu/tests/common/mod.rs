@@ -50,6 +50,8 @@ pub struct Buffers {
     pub block_table: bool,
     pub workspace: CpuBuffer,
     pub out: CpuBuffer,
+    /// Passed as the call's LSE buffer where set (`with_lse`).
+    pub lse: Option<CpuBuffer>,
 }
 
 impl Buffers {
@@ -71,7 +73,19 @@ impl Buffers {
             block_table,
             workspace: CpuBuffer::from_bytes(vec![POISON; plan.workspace_bytes as usize]),
             out: CpuBuffer::from_bytes(vec![POISON; plan.problem.out_bytes()]),
+            lse: None,
         }
+    }
+
+    /// Asks the calls for the rows' LSEs, in a poisoned buffer.
+    pub fn with_lse(mut self, plan: &Plan) -> Buffers {
+        let rows = plan.problem.num_seqs() * plan.problem.shape.num_q_heads;
+        self.lse = Some(CpuBuffer::from_bytes(vec![POISON; rows * 4]));
+        self
+    }
+
+    pub fn lse_f32(&self) -> Vec<f32> {
+        self.lse.as_ref().map(|lse| dtype::decode(DType::F32, lse.as_bytes())).unwrap_or_default()
     }
 
     pub fn decode(&mut self, backend: &CpuBackend, plan: &Plan, scale: Option<f32>) -> Result<()> {
@@ -90,6 +104,7 @@ impl Buffers {
                 kv_index,
                 workspace: &mut self.workspace,
                 out: &mut self.out,
+                lse: self.lse.as_mut(),
                 softmax_scale: scale,
             },
         )

@@ -61,6 +61,7 @@ impl DeviceBatch {
             kv_index,
             workspace: &mut self.workspace,
             out: &mut self.out,
+            lse: None,
             softmax_scale: None,
         }
     }
