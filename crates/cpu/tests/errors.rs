@@ -239,29 +239,9 @@ fn an_lse_buffer_of_the_wrong_size_is_refused_before_anything_is_written() {
     for policy in [Policy::Fixed { splits: 1 }, Policy::Fixed { splits: 4 }] {
         let (backend, batch, plan, mut buffers) = setup(KvLayout::block_table(16), policy);
         let rows = batch.problem.num_seqs() * batch.problem.shape.num_q_heads;
-        let mut lse = CpuBuffer::from_bytes(vec![0xAB; rows * 4 - 4]);
-        let (out_before, ws_before) = (buffers.out.clone(), buffers.workspace.clone());
-        let kv_index =
-            KvIndexBuffers::BlockTable { table: &buffers.index_a, max_blocks_per_seq: buffers.max_blocks_per_seq };
-        let err = backend
-            .decode(
-                &plan,
-                DecodeArgs {
-                    q: &buffers.q,
-                    k_cache: &buffers.k,
-                    v_cache: &buffers.v,
-                    seq_lens: &buffers.lens,
-                    kv_index,
-                    workspace: &mut buffers.workspace,
-                    out: &mut buffers.out,
-                    lse: Some(&mut lse),
-                    softmax_scale: None,
-                },
-            )
-            .unwrap_err();
-        assert_eq!(err, Error::BufferSize { name: "lse", expected: rows * 4, actual: rows * 4 - 4 });
-        assert!(err.to_string().contains("lse"), "{err}");
-        assert!(buffers.out == out_before && buffers.workspace == ws_before, "written on {err}");
-        assert!(lse.as_bytes().iter().all(|&b| b == 0xAB), "lse written on {err}");
+        buffers.lse = Some(CpuBuffer::from_bytes(vec![0xAB; rows * 4 - 4]));
+        let expected = Error::BufferSize { name: "lse", expected: rows * 4, actual: rows * 4 - 4 };
+        expect_error(&backend, &plan, &mut buffers, expected, &["lse"]);
+        assert!(buffers.lse_f32().iter().all(|x| x.to_bits() == 0xABAB_ABAB), "lse written");
     }
 }
