@@ -23,6 +23,8 @@
 //   dap_xor_exchange<N>(v, o, m)  o[i] = v[i] of lane (lane ^ m), m < DAP_WAVE
 //   dap_xor_sum/max<LO, HI, N>    butterfly over masks LO, 2 LO, ..., < HI
 //   dap_exp2(x)                   2^x, exp2(-inf) = 0 (approximate, ~1 ulp)
+//   dap_log2(x)                   log2 x (approximate, no denormal care: for x
+//                                 of 0, NaN or >= 1, as a softmax sum is)
 //   dap_u4, dap_ld16, dap_ld_stream16, dap_st16   16-byte vectors, loads, stores
 //   dap_bf16/f16 <-> f32          conversions (round to nearest even)
 //   DAP_LAUNCH_BOUNDS(threads, min_blocks_per_sm)
@@ -60,6 +62,7 @@ inline int dap_uniform(int v) { return v; }
 inline float dap_u2f(unsigned u) { return __uint_as_float(u); }
 inline unsigned dap_f2u(float f) { return __float_as_uint(f); }
 inline float dap_exp2(float x) { return std::exp2(x); }
+inline float dap_log2(float x) { return std::log2(x); }
 inline float dap_fmax(float a, float b) { return std::fmax(a, b); }
 inline float dap_fma(float a, float b, float c) { return std::fma(a, b, c); }
 inline int dap_ld_i32(const int* p) { return *p; }
@@ -149,6 +152,11 @@ DA_DEVICE float dap_exp2(float x) { return __builtin_amdgcn_exp2f(x); }  // v_ex
 // ROCm 5's hiprtc (clang 15) lacks the builtin; the library exp2 lowers to the same instruction.
 DA_DEVICE float dap_exp2(float x) { return __builtin_exp2f(x); }
 #endif
+#if __has_builtin(__builtin_amdgcn_logf)
+DA_DEVICE float dap_log2(float x) { return __builtin_amdgcn_logf(x); }  // v_log_f32
+#else
+DA_DEVICE float dap_log2(float x) { return __builtin_log2f(x); }
+#endif
 DA_DEVICE float dap_fmax(float a, float b) { return __builtin_fmaxf(a, b); }
 DA_DEVICE float dap_fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 DA_DEVICE int dap_ld_i32(const int* p) { return *p; }
@@ -234,6 +242,11 @@ DA_DEVICE unsigned dap_f2u(float f) { return __float_as_uint(f); }
 DA_DEVICE float dap_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+DA_DEVICE float dap_log2(float x) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
 DA_DEVICE float dap_fmax(float a, float b) { return fmaxf(a, b); }

@@ -194,29 +194,12 @@ struct KvgElem<kvg_f16> {
 // ---------------------------------------------------------------------------
 // The output rows' log-sum-exp (DecodeParams::out_lse, epilogues only).
 // ---------------------------------------------------------------------------
-// log2: l is 0, NaN or >= 1 here (the row's max token adds 2^0), so the
-// hardware's approximate log2 (v_log_f32, lg2.approx) needs no denormal care.
-#if defined(DA_EMULATE_PORTABLE)
-inline float kvg_log2(float x) { return std::log2(x); }
-#elif defined(__HIP__) || defined(__HIPCC_RTC__)
-#if __has_builtin(__builtin_amdgcn_logf)
-DA_DEVICE float kvg_log2(float x) { return __builtin_amdgcn_logf(x); }  // v_log_f32
-#else
-DA_DEVICE float kvg_log2(float x) { return __builtin_log2f(x); }
-#endif
-#else
-DA_DEVICE float kvg_log2(float x) {
-    float y;
-    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-#endif
-
 // ln(sum_t exp(softmax_scale q . k_t)) of a row whose (max in log2 units, sum
 // of 2^(s - m)) is (m, l): (m + log2 l) ln 2; -inf for l = 0 (no token: the
-// row is zeros); NaN for a NaN l (a poisoned partial row).
+// row is zeros); NaN for a NaN l (a poisoned partial row). l is 0, NaN or
+// >= 1 here (the row's max token adds 2^0), as dap_log2 needs.
 DA_DEVICE float kvg_lse(float m, float l) {
-    return l == 0.f ? dap_neg_inf() : (m + kvg_log2(l)) * 0.693147180559945309f;
+    return l == 0.f ? dap_neg_inf() : (m + dap_log2(l)) * 0.693147180559945309f;
 }
 
 // ---------------------------------------------------------------------------
