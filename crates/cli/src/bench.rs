@@ -25,7 +25,7 @@ use decode_attn::{
     Backend, BackendSpec, DType, DTypes, DecodeAttention, DecodeProblem, DeviceBatch, DeviceBuffer, KvLayout,
     KvRotation, Plan, Policy,
 };
-use decode_attn_conformance::{tolerance, with_first_sequences};
+use decode_attn_conformance::{lse_error, tolerance, with_first_sequences};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::args::{parse_backend, parse_dtype, parse_layout, parse_lens, parse_policy};
@@ -122,6 +122,13 @@ pub struct BenchArgs {
     /// `<backend>/plan<N>/<policy>`.
     #[arg(long)]
     plan_seq_len: Option<u32>,
+
+    /// Ask every call for the rows' LSEs too (f32, what an engine merging
+    /// partial attentions needs), checked against the reference's like the
+    /// output and timed with the output. The CSV's mode reads
+    /// `<backend>/lse/<policy>`.
+    #[arg(long)]
+    lse: bool,
 }
 
 struct Shape {
@@ -151,6 +158,8 @@ struct Row<'a> {
     tbs: f64,
     pct_copy: f64,
     relerr: f64,
+    /// With `--lse`: the largest LSE error of the checked sequences.
+    lse_err: Option<f64>,
     checked: usize,
 }
 
@@ -223,6 +232,12 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
     if let Some(plan_len) = args.plan_seq_len {
         mode_prefix.push_str(&format!("/plan{plan_len}"));
     }
+    if args.lse {
+        mode_prefix.push_str("/lse");
+    }
+    if args.lse {
+        outln!("# every call writes the rows' LSEs too, checked like the output (lse_err: the largest difference)");
+    }
     if let Some(evictor) = &evictor {
         outln!("# cold: each timed call right after {}", evictor.describe());
     }
@@ -276,7 +291,7 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
             progress.inc(args.policy.len() as u64);
             continue;
         }
-        let planned = BenchPlan { policies: &args.policy, plan_seq_len: args.plan_seq_len };
+        let planned = BenchPlan { policies: &args.policy, plan_seq_len: args.plan_seq_len, with_lse: args.lse };
         let outcome = bench_shape(&backend, shape, &problem, planned, copy_gbps, evictor.as_mut(), |row| {
             partly_checked |= row.checked < row.shape.batch();
             let line = format_row(&backend, &row);
@@ -288,7 +303,8 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
                 write_csv_row(file, &mode_prefix, &row)?;
             }
             // Written so that a NaN relative error counts as a failure too.
-            let within_tolerance = row.relerr <= tolerance(problem.dtypes);
+            let within_tolerance = row.relerr <= tolerance(problem.dtypes)
+                && row.lse_err.is_none_or(|err| err <= tolerance(problem.dtypes));
             if !within_tolerance {
                 failures += 1;
             }
@@ -328,7 +344,7 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
     );
     if failures > 0 {
         eprintln!(
-            "error: {failures} run(s) failed: an error, or a relative error over {:.0e}",
+            "error: {failures} run(s) failed: an error, or a relative (or LSE) error over {:.0e}",
             tolerance(DTypes::uniform(args.dtype))
         );
         return Ok(ExitCode::FAILURE);
@@ -370,6 +386,7 @@ fn bandwidth(gbps: f64) -> String {
 struct BenchPlan<'a> {
     policies: &'a [Policy],
     plan_seq_len: Option<u32>,
+    with_lse: bool,
 }
 
 /// Generates, checks and times one shape under each policy, calling `emit` per row.
@@ -409,8 +426,10 @@ fn bench_shape(
         .count()
         .max(1);
     let scale = shape_dims.default_scale();
-    let reference =
-        with_first_sequences(&mut batch, checked, |first| decode_attn::reference::decode_reference(first, scale));
+    let (reference, reference_lse) = with_first_sequences(&mut batch, checked, |first| {
+        decode_attn::reference::decode_reference_with_lse(first, scale)
+    });
+    let with_lse = planned.with_lse;
 
     // Copies of the pool to cycle over; copy 0 is the batch's own.
     let rotation = if gpu { KvRotation::GPU } else { CPU_ROTATION };
@@ -426,9 +445,14 @@ fn bench_shape(
     for (plan, &policy) in plans.iter().zip(policies) {
         // Check first, with the output poisoned so unwritten elements show as NaN.
         backend.upload(&mut device.out, &poison)?;
-        backend.decode(plan, device.args())?;
+        if let Some(lse) = device.lse.as_mut().filter(|_| with_lse) {
+            backend.upload(lse, &vec![0xFF; lse.len_bytes()])?;
+        }
+        backend.decode(plan, if with_lse { device.args_with_lse() } else { device.args() })?;
         let out = device.download_out(backend, problem.dtypes.out)?;
         let relerr = relative_error(&out[..reference.len()], &reference);
+        let lse_err =
+            with_lse.then(|| device.download_lse(backend)).transpose()?.map(|lse| lse_error(&lse, &reference_lse)); // zip: the checked rows only
 
         let target_us = if gpu { 200_000.0 } else { 400_000.0 };
         let warmup = if gpu { 5 } else { 1 };
@@ -438,10 +462,15 @@ fn bench_shape(
             Ok(backend.time_us(work, warmup, reps)?)
         };
         let us = match evictor.as_deref_mut() {
-            None => time(&mut || device.decode_over_pools(backend, plan, &extra_pools, passes))? / calls,
+            None => {
+                time(&mut || device.decode_over_pools_after(backend, plan, &extra_pools, passes, with_lse, || Ok(())))?
+                    / calls
+            }
             Some(evictor) => {
                 let both_us = time(&mut || {
-                    device.decode_over_pools_after(backend, plan, &extra_pools, passes, || evictor.decode(backend))
+                    device.decode_over_pools_after(backend, plan, &extra_pools, passes, with_lse, || {
+                        evictor.decode(backend)
+                    })
                 })?;
                 let alone_us = time(&mut || (0..copies * passes).try_for_each(|_| evictor.decode(backend)))?;
                 if both_us <= alone_us {
@@ -455,7 +484,7 @@ fn bench_shape(
             }
         };
         let tbs = bytes / us / 1e6;
-        emit(Row { shape, policy, plan, us, tbs, pct_copy: 100.0 * tbs * 1e3 / copy_gbps, relerr, checked })?;
+        emit(Row { shape, policy, plan, us, tbs, pct_copy: 100.0 * tbs * 1e3 / copy_gbps, relerr, lse_err, checked })?;
     }
     Ok(())
 }
@@ -495,8 +524,9 @@ fn launch_note(_: &Backend, _: &Plan) -> &'static str {
 }
 
 fn format_row(backend: &Backend, row: &Row<'_>) -> String {
+    let lse = row.lse_err.map(|err| format!(" lse_err {err:.1e}")).unwrap_or_default();
     format!(
-        "{:16} {:>4} {:>6} {:8} {:20} {:>6} {:>10.2} {:>7.3} {:>6.1} {:>8.1e} {:>7}",
+        "{:16} {:>4} {:>6} {:8} {:20} {:>6} {:>10.2} {:>7.3} {:>6.1} {:>8.1e} {:>7}{lse}",
         row.shape.model.name,
         row.shape.batch(),
         row.shape.seq_len(),

@@ -117,6 +117,32 @@ fn bench_cold_times_behind_the_evictor_and_labels_its_rows() {
     assert!(us > 0.0 && us.is_finite(), "{rows}");
 }
 
+/// `bench --lse` on the CPU: every row's LSEs checked against the
+/// reference (an empty sequence's `-inf` included), the error printed on the
+/// row, and the CSV's mode labelled so the rows join apart from plain ones.
+#[test]
+fn bench_lse_checks_and_labels_the_rows_lses() {
+    let csv = std::env::temp_dir().join(format!("decode-attn-lse-{}.csv", std::process::id()));
+    let output = Command::new(BINARY)
+        .args(["bench", "--backend", "cpu", "--model", "llama3-70b-tp8", "--lens", "700x2+0x1+33x1"])
+        .args(["--policy", "auto,fixed:4", "--lse", "--csv"])
+        .arg(&csv)
+        .output()
+        .expect("run decode-attn bench --lse");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "bench --lse failed:\n{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let errors: Vec<f64> = stdout
+        .lines()
+        .filter_map(|l| l.split_once(" lse_err ").map(|(_, err)| err.trim().parse().expect("lse_err is a number")))
+        .collect();
+    assert_eq!(errors.len(), 2, "one lse_err per row:\n{stdout}");
+    assert!(errors.iter().all(|&err| err < 1e-2), "{stdout}");
+    let rows = std::fs::read_to_string(&csv).expect("the CSV was written");
+    let _ = std::fs::remove_file(&csv);
+    let modes: Vec<&str> = rows.lines().skip(1).map(|l| l.split(',').nth(4).unwrap_or("")).collect();
+    assert_eq!(modes, ["cpu/lse/auto", "cpu/lse/fixed:4"], "{rows}");
+}
+
 /// `bench --lens` with a split plan that leaves most (sequence, split) pairs
 /// empty says how many are active under its row; a batch of equal lengths,
 /// every pair active, gets no such line. The CSV names each batch and its

@@ -669,8 +669,13 @@ impl<B: DeviceBuffer> DeviceBatch<B> {
     /// Like [`DeviceBatch::args`], but reading K and V from other pools laid out
     /// like this batch's (a benchmark cycles over copies so no cache holds them).
     pub fn args_with_pools<'a>(&'a mut self, k_cache: &'a B, v_cache: &'a B) -> DecodeArgs<'a, B> {
-        let DeviceBatch { q, seq_lens, index, workspace, out, .. } = self;
-        batch_args(q, k_cache, v_cache, seq_lens, index, workspace, out)
+        self.pool_args(k_cache, v_cache, false)
+    }
+
+    fn pool_args<'a>(&'a mut self, k_cache: &'a B, v_cache: &'a B, with_lse: bool) -> DecodeArgs<'a, B> {
+        let DeviceBatch { q, seq_lens, index, workspace, out, lse, .. } = self;
+        let lse = if with_lse { lse.as_mut() } else { None };
+        DecodeArgs { lse, ..batch_args(q, k_cache, v_cache, seq_lens, index, workspace, out) }
     }
 
     /// Uploads copies of `batch`'s K and V pools, so that with the batch's own
@@ -702,25 +707,27 @@ impl<B: DeviceBuffer> DeviceBatch<B> {
         pools: &[(B, B)],
         passes: usize,
     ) -> Result<()> {
-        self.decode_over_pools_after(backend, plan, pools, passes, || Ok(()))
+        self.decode_over_pools_after(backend, plan, pools, passes, false, || Ok(()))
     }
 
-    /// [`decode_over_pools`](Self::decode_over_pools), running `before`
-    /// right before each call (`bench --cold`'s evictor).
+    /// [`decode_over_pools`](Self::decode_over_pools), asking every call for
+    /// the rows' LSEs when `with_lse` (into [`DeviceBatch::lse`]) and running
+    /// `before` right before each call (`bench --cold`'s evictor).
     pub fn decode_over_pools_after<D: DecodeAttention<Buffer = B> + ?Sized>(
         &mut self,
         backend: &D,
         plan: &Plan,
         pools: &[(B, B)],
         passes: usize,
+        with_lse: bool,
         mut before: impl FnMut() -> Result<()>,
     ) -> Result<()> {
         for _ in 0..passes {
             before()?;
-            backend.decode(plan, self.args())?;
+            backend.decode(plan, if with_lse { self.args_with_lse() } else { self.args() })?;
             for (k, v) in pools {
                 before()?;
-                backend.decode(plan, self.args_with_pools(k, v))?;
+                backend.decode(plan, self.pool_args(k, v, with_lse))?;
             }
         }
         Ok(())
