@@ -504,6 +504,12 @@ fn lse_of(m: f32, l: f32) -> f32 {
     }
 }
 
+/// The rows of a sequence of no tokens: zeros, and LSEs of `-inf`.
+fn write_empty_rows(out: &mut [u8], lse: &mut [u8]) {
+    out.fill(0);
+    lse.chunks_exact_mut(4).for_each(|x| x.copy_from_slice(&f32::NEG_INFINITY.to_le_bytes()));
+}
+
 /// Per-thread buffers of the unsplit path.
 struct Worker {
     q: Vec<f32>,
@@ -575,8 +581,7 @@ impl Exec<'_> {
             let (seq, kv_head) = (item / items, item % items * self.kv_heads_per_item);
             let len = self.seq_lens[seq] as usize;
             if len == 0 {
-                out.fill(0);
-                lse.chunks_exact_mut(4).for_each(|x| x.copy_from_slice(&f32::NEG_INFINITY.to_le_bytes()));
+                write_empty_rows(out, lse);
                 return;
             }
             self.load_q(seq, kv_head, &mut w.q);
@@ -617,8 +622,7 @@ impl Exec<'_> {
             let split = self.rule.split(self.seq_lens[seq]);
             let active = split.active_splits as usize;
             if active == 0 {
-                out.fill(0);
-                lse.chunks_exact_mut(4).for_each(|x| x.copy_from_slice(&f32::NEG_INFINITY.to_le_bytes()));
+                write_empty_rows(out, lse);
                 return;
             }
             let buffers = || (vec![0.0f32; g * d], Scratch::new(self.group, d));

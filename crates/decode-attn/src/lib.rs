@@ -656,14 +656,18 @@ impl<B: DeviceBuffer> DeviceBatch<B> {
     /// The arguments of one `decode` over this batch, with the default softmax
     /// scale and no LSE.
     pub fn args(&mut self) -> DecodeArgs<'_, B> {
-        let DeviceBatch { q, k_cache, v_cache, seq_lens, index, workspace, out, .. } = self;
-        batch_args(q, k_cache, v_cache, seq_lens, index, workspace, out)
+        self.own_args(false)
     }
 
     /// [`DeviceBatch::args`] asking for the rows' LSEs in [`DeviceBatch::lse`].
     pub fn args_with_lse(&mut self) -> DecodeArgs<'_, B> {
+        self.own_args(true)
+    }
+
+    fn own_args(&mut self, with_lse: bool) -> DecodeArgs<'_, B> {
         let DeviceBatch { q, k_cache, v_cache, seq_lens, index, workspace, out, lse } = self;
-        DecodeArgs { lse: lse.as_mut(), ..batch_args(q, k_cache, v_cache, seq_lens, index, workspace, out) }
+        let lse = if with_lse { lse.as_mut() } else { None };
+        DecodeArgs { lse, ..batch_args(q, k_cache, v_cache, seq_lens, index, workspace, out) }
     }
 
     /// Like [`DeviceBatch::args`], but reading K and V from other pools laid out
@@ -724,7 +728,7 @@ impl<B: DeviceBuffer> DeviceBatch<B> {
     ) -> Result<()> {
         for _ in 0..passes {
             before()?;
-            backend.decode(plan, if with_lse { self.args_with_lse() } else { self.args() })?;
+            backend.decode(plan, self.own_args(with_lse))?;
             for (k, v) in pools {
                 before()?;
                 backend.decode(plan, self.pool_args(k, v, with_lse))?;

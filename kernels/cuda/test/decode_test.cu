@@ -319,6 +319,18 @@ static DecodeParams make_params(const Problem& P, DeviceProblem& D) {
     return p;
 }
 
+// Fills every buffer the kernels write with its poison: the output with 0x7f
+// bytes (garbage that is not NaN-free zeros), the workspace and the LSE with
+// NaN (0xff bytes), so that a reducer reading an unwritten partial row, or an
+// LSE left unwritten, shows.
+static void poison_outputs(const Problem& P, DeviceProblem& D) {
+    const size_t rows = (size_t)P.B * P.hq * P.c.num_splits;
+    CK(cudaMemset(D.out, 0x7f, P.qb.size()));
+    CK(cudaMemset(D.pacc, 0xff, rows * P.c.d * 4));
+    CK(cudaMemset(D.pml, 0xff, rows * 2 * 4));
+    CK(cudaMemset(D.lse, 0xff, (size_t)P.B * P.hq * 4));
+}
+
 static DeviceProblem upload(const Problem& P) {
     DeviceProblem D;
     const Case& c = P.c;
@@ -329,7 +341,6 @@ static DeviceProblem upload(const Problem& P) {
     CK(cudaMemcpy(D.q, P.qb.data(), P.qb.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(D.k, P.kb.data(), P.kb.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(D.v, P.vb.data(), P.vb.size(), cudaMemcpyHostToDevice));
-    CK(cudaMemset(D.out, 0x7f, P.qb.size()));  // garbage that is not NaN-free zeros
     D.lens = dalloc<int>(P.B);
     CK(cudaMemcpy(D.lens, P.seq_lens.data(), P.B * 4, cudaMemcpyHostToDevice));
     D.table = dalloc<int>(P.table.size());
@@ -342,10 +353,8 @@ static DeviceProblem upload(const Problem& P) {
     size_t rows = (size_t)P.B * P.hq * c.num_splits;
     D.pacc = dalloc<float>(rows * c.d);
     D.pml = dalloc<float>(rows * 2);
-    CK(cudaMemset(D.pacc, 0xff, rows * c.d * 4));  // NaN: a reducer reading an unwritten row shows
-    CK(cudaMemset(D.pml, 0xff, rows * 2 * 4));
     D.lse = dalloc<float>((size_t)P.B * P.hq);
-    CK(cudaMemset(D.lse, 0xff, (size_t)P.B * P.hq * 4));  // NaN: an LSE left unwritten shows
+    poison_outputs(P, D);
     return D;
 }
 
@@ -461,13 +470,7 @@ static void check_one(const Case& c, const char* label, int kernel) {
     double worst = 0, worst_lse = 0;
     for (int pass = 0; pass < (null_too ? 2 : 1); ++pass) {
         const bool with_lse = pass == 0;
-        if (pass > 0) {
-            const size_t rows = (size_t)P.B * P.hq * c.num_splits;
-            CK(cudaMemset(D.out, 0x7f, P.qb.size()));
-            CK(cudaMemset(D.pacc, 0xff, rows * c.d * 4));
-            CK(cudaMemset(D.pml, 0xff, rows * 2 * 4));
-            CK(cudaMemset(D.lse, 0xff, (size_t)P.B * P.hq * 4));
-        }
+        if (pass > 0) poison_outputs(P, D);
         DecodeParams p = make_params(P, D);
         if (!with_lse) p.out_lse = nullptr;
         launch(P, p, 0, kernel);

@@ -151,36 +151,16 @@ static bool is_bad(const Case& c, int b) {
     return kind != NONE;
 }
 
-// softmax(q k^T / sqrt(d)) v in f64.
-static void reference(const Run& R, int b, int h, std::vector<double>& o) {
+// softmax(q k^T / sqrt(d)) v in f64, and (where `lse` is not null) the row's
+// ln(sum_t exp(q . k_t / sqrt(d))).
+static void reference(const Run& R, int b, int h, std::vector<double>& o, double* lse = nullptr) {
     const Case& c = R.c;
     auto slot_of = [&](int t) -> long long {
         return c.layout == 0 ? (long long)R.table[(size_t)b * R.mbps + t / c.bs] * c.bs + t % c.bs
                              : R.indices[R.indptr[b] + t];
     };
     reference_attention(&R.q[((size_t)b * R.hq + h) * c.d], R.k.data(), R.v.data(), c.lens[b], c.d, c.hkv, h / c.g,
-                        slot_of, o);
-}
-
-// ln(sum_t exp(q . k_t / sqrt(d))) in f64 over tokens 0..len-1 (len > 0).
-static double reference_lse(const Run& R, int b, int h) {
-    const Case& c = R.c;
-    const float* q = &R.q[((size_t)b * R.hq + h) * c.d];
-    const double scale = 1.0 / std::sqrt((double)c.d);
-    std::vector<double> sc(c.lens[b]);
-    double m = -INFINITY;
-    for (int t = 0; t < c.lens[b]; ++t) {
-        const long long slot = c.layout == 0 ? (long long)R.table[(size_t)b * R.mbps + t / c.bs] * c.bs + t % c.bs
-                                             : R.indices[R.indptr[b] + t];
-        const float* kr = &R.k[((size_t)slot * c.hkv + h / c.g) * c.d];
-        double dot = 0;
-        for (int i = 0; i < c.d; ++i) dot += (double)q[i] * kr[i];
-        sc[t] = dot * scale;
-        m = std::max(m, sc[t]);
-    }
-    double l = 0;
-    for (double s : sc) l += std::exp(s - m);
-    return m + std::log(l);
+                        slot_of, o, lse);
 }
 
 static int failures = 0, cases_run = 0, lse_cases = 0;
@@ -267,10 +247,11 @@ static void check(const Case& c0, const char* label) {
     }
     double err2 = 0, ref2 = 0;
     std::vector<double> ref;
+    std::vector<double> ref_lse(lse_n, NAN);  // the rows' f64 LSEs, from the same pass as the outputs
     for (int b = 0; b < B; ++b)
         for (int h = 0; h < hq; ++h) {
             const bool nan_row = is_bad(c, b);
-            if (!nan_row) reference(R, b, h, ref);
+            if (!nan_row) reference(R, b, h, ref, &ref_lse[(size_t)b * hq + h]);
             for (int i = 0; i < d; ++i) {
                 const unsigned char* elem = &out[(((size_t)b * hq + h) * d + i) * dt_size(c.dt)];
                 const float got = decode_elem(c.dt, elem);
@@ -312,7 +293,7 @@ static void check(const Case& c0, const char* label) {
                         printf("    b=%d h=%d: lse want -inf (empty), got %g\n", b, h, got);
                     continue;
                 }
-                const double want = reference_lse(R, b, h);
+                const double want = ref_lse[(size_t)b * hq + h];
                 const double err = std::fabs((double)got - want) / std::max(1.0, std::fabs(want));
                 if (!std::isfinite(got) || !(err <= 1e-3)) {
                     if (bad++ < 5) printf("    b=%d h=%d: lse got %.7g want %.7g\n", b, h, got, want);
