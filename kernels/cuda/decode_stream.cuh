@@ -369,6 +369,13 @@ DA_DEVICE void store_cta_state(const DecodeParams& p, const float* warp_m, const
             const long long row_index = ((long long)b * p.num_q_heads + head0 + h) * p.num_splits + split;
             p.partial_ml[2 * row_index] = bad ? 0.f : big_m;
             p.partial_ml[2 * row_index + 1] = bad ? da_nan() : big_l;
+        } else if (p.out_lse != nullptr) {
+            // The row's LSE here, where this thread holds M and L. A second
+            // block after the rows, computing them again, kept the registers
+            // of sm_80 d192 h4 at 160 rather than 163 but cost the calls that
+            // never ask for the LSE: an H100, 8B B=4 s=1024, 9.80 us against
+            // 9.69 here (docs/PERFORMANCE.md, s41).
+            p.out_lse[(long long)b * p.num_q_heads + head0 + h] = bad ? da_nan() : da_row_lse(big_m, big_l);
         }
     }
     __syncthreads();
@@ -400,25 +407,6 @@ DA_DEVICE void store_cta_state(const DecodeParams& p, const float* warp_m, const
         } else {
             *reinterpret_cast<float4*>(p.partial_acc + (q_head * p.num_splits + split) * HEAD_DIM + d) = a;
         }
-    }
-    // The rows' LSEs (direct, out_lse not null): NaN for a bad sequence, -inf
-    // for no token. M and L are computed again here, as in the first step
-    // (the same operations, so the same values), rather than kept from it:
-    // written there, the LSE moved the stream kernel's register allocation
-    // (sm_80, head_dim 192, 4 heads: 160 -> 163), and here it costs nothing
-    // until asked for.
-    if (direct && p.out_lse != nullptr && tid < num_heads) {
-        const int h = tid;
-        float big_m = da_neg_inf();
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) big_m = fmaxf(big_m, warp_m[w * HEADS + h]);
-        float big_l = 0.f;
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) {
-            const float scale = big_m == da_neg_inf() ? 0.f : da_exp2(warp_m[w * HEADS + h] - big_m);
-            big_l = fmaf(warp_l[w * HEADS + h], scale, big_l);
-        }
-        p.out_lse[(long long)b * p.num_q_heads + head0 + h] = bad ? da_nan() : da_row_lse(big_m, big_l);
     }
 }
 
