@@ -20,8 +20,8 @@
 // sequences (limits bf16 1e-2, f16 5e-3, f32 1e-5), every element finite; NaN
 // rows (written: not the poison's bits) for bad sequences only; exact zeros
 // for length 0; surplus splits write no partial row. Every other case
-// passes an out_lse (the rest null, so the
-// null path stays covered) and checks it against the f64 LSE,
+// passes an out_lse (the rest null, so the null path stays covered) and
+// checks it against the f64 LSE,
 // ln(sum_t exp(q . k_t / sqrt(d))): |lse - ref| <= 1e-3 max(1, |ref|), -inf
 // exactly for length 0, NaN exactly for the NaN rows (written: not the
 // poison's bits), and nothing written past [num_seqs, num_q_heads].
