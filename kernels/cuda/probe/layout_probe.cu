@@ -28,6 +28,13 @@
 //   nhd-local  NHD with the blocks shuffled only within each 2 MiB of the
 //              pool (a GPU page of 2 MiB): random rows of DRAM as shuffled,
 //              but the translations of an in-order walk.
+//   nhd-t8/16  nhd-shuf, and after each tile's copies two lanes touch the
+//              tile 8 (16) steps beyond (`prefetch.global.L2` of one line of
+//              K and one of V): the block's address translation started
+//              early for a 32nd of the L2 traffic of nhd-pf2/4.
+//   nhd-l8     as nhd-t8 with a load (`ld.global.nc` of 4 bytes) for the
+//              touch, its value used a step later: a prefetch may be
+//              dropped where its translation misses, a load is not.
 // The decode grids use the splits `auto` plans on the H200 for the shape.
 // Timing: a CUDA graph of 8 calls cycling over copies of the pool
 // (`pool_copies`), device events, median of 5 replays; %copy against the
@@ -64,6 +71,8 @@ struct Args {
     int num_seqs, num_kv_heads, tiles_per_seq, num_splits;
     int stream_k;  // 1: blockIdx.x is a CTA's range of the flattened tiles
     int prefetch_steps;  // 0, or how many of the warp's tiles beyond the copies' L2 prefetches
+    int touch_steps;     // 0, or how many of the warp's tiles beyond the copies a line of K and V is touched
+    int touch_load;      // 1: the touch is a load, not a prefetch
     unsigned* sink;
 };
 
@@ -94,6 +103,7 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
         const long long idx = w.per_head ? flat : (long long)b * pair_tiles + tile;
         return (long long)__ldg(w.table + idx) * w.block_bytes + h * w.head_bytes;
     };
+    unsigned acc = 0, pending = 0;
     auto issue = [&](long long flat, int stage) {
         if (a.prefetch_steps) {
             const long long ahead = flat + (long long)a.prefetch_steps * WARPS;
@@ -107,9 +117,20 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
             const long long base = tile_base(flat);
             copy_tile(ring_s + stage * TILE_BYTES, a.k, a.v, base, w.row_bytes, lane);
         }
+        if (a.touch_steps && lane < 2) {
+            const long long ahead = flat + (long long)a.touch_steps * WARPS;
+            if (ahead < end) {
+                const char* src = (lane == 0 ? a.k : a.v) + tile_base(ahead);
+                if (a.touch_load) {
+                    acc ^= pending;
+                    pending = __ldg(reinterpret_cast<const unsigned*>(src));
+                } else {
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
+                }
+            }
+        }
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
-    unsigned acc = 0;
     int stage = 0;
     const long long first = begin + warp;
     for (int s = 0; s < STAGES - 1; ++s) issue(first + s * WARPS, s);
@@ -121,6 +142,7 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
         stage = stage + 1 == STAGES ? 0 : stage + 1;
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
+    acc ^= pending;
     if (acc == 0x12345678u) a.sink[0] = acc;  // keeps the touch
 }
 
@@ -128,8 +150,8 @@ struct Shape {
     const char* name;
     int num_seqs, num_kv_heads, seq_len, num_splits;
 };
-enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, LAYOUTS };
-static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local"};
+enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, NHD_T8, NHD_T16, NHD_L8, LAYOUTS };
+static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local", "nhd-t8", "nhd-t16", "nhd-l8"};
 
 int main(int argc, char** argv) {
     // ./layout [rounds [layouts]]: layouts a bit mask of the Layout enum (default all).
@@ -195,6 +217,9 @@ int main(int argc, char** argv) {
                     case NHD_SHUF:
                     case NHD_PF2:
                     case NHD_PF4:
+                    case NHD_T8:
+                    case NHD_T16:
+                    case NHD_L8:
                     case STREAM_K:
                     case STREAM_K1: w = {shuffled_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_ORDER: w = {ordered_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
@@ -209,8 +234,9 @@ int main(int argc, char** argv) {
                 const double t = time_graph(st, calls, [&](int i) {
                     const char* k = pool + (size_t)(i % copies) * kv_bytes;
                     const int prefetch_steps = layout == NHD_PF2 ? 2 : layout == NHD_PF4 ? 4 : 0;
-                    Args a{k,        k + side_bytes, w,     sh.num_seqs, sh.num_kv_heads, (int)tiles, sh.num_splits,
-                           stream_k, prefetch_steps, sink};
+                    const int touch_steps = layout == NHD_T8 || layout == NHD_L8 ? 8 : layout == NHD_T16 ? 16 : 0;
+                    Args a{k,        k + side_bytes, w,           sh.num_seqs, sh.num_kv_heads, (int)tiles, sh.num_splits,
+                           stream_k, prefetch_steps, touch_steps, layout == NHD_L8, sink};
                     stream_kv<<<grid, 128, RING_BYTES, st>>>(a);
                 });
                 us[layout].push_back(t);
