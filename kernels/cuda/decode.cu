@@ -75,6 +75,15 @@ DA_DEVICE float da_log2(float x) {
     return y;
 }
 
+// *at = v where pred holds, as one predicated store: where the value is
+// computed only for the storing thread, the compiler puts a branch around
+// it (BSSY/BSYNC), which every thread pays.
+DA_DEVICE void da_store_if(bool pred, float* at, float v) {
+    asm volatile("{ .reg .pred p; setp.ne.u32 p, %0, 0; @p st.global.f32 [%1], %2; }" ::"r"((unsigned)pred), "l"(at),
+                 "f"(v)
+                 : "memory");
+}
+
 DA_DEVICE float da_neg_inf() { return __int_as_float(0xff800000); }
 DA_DEVICE float da_nan() { return __int_as_float(0x7fffffff); }
 DA_DEVICE bool da_isnan(float x) { return x != x; }

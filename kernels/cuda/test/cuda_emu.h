@@ -229,6 +229,9 @@ inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
 inline float da_shfl_xor(float v, int lane_mask) { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }
 inline float da_exp2(float x) { return std::exp2(x); }
 inline float da_log2(float x) { return std::log2(x); }
+inline void da_store_if(bool pred, float* at, float v) {
+    if (pred) *at = v;
+}
 inline float da_neg_inf() { return -INFINITY; }
 inline float da_nan() { return __uint_as_float(0x7fffffffu); }
 inline bool da_isnan(float x) { return x != x; }
