@@ -825,6 +825,7 @@ DA_DEVICE void decode_stream_reduce_body(const DecodeParams& p) {
     // ask for the LSE 0.02-0.04 us (an H100, s42).
     const float lse = da_row_lse(big_m, big_l);
     __syncthreads();
+    // The address in integers: out_lse may be null, and the store is then off.
     da_store_if(merge && p.out_lse != nullptr && threadIdx.x == THREADS - 1,
                 reinterpret_cast<float*>(reinterpret_cast<unsigned long long>(p.out_lse) + 4ull * q_head), lse);
     if (!merge) return;

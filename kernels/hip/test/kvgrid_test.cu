@@ -21,10 +21,10 @@
 // rows (written: not the poison's bits) for bad sequences only; exact zeros
 // for length 0; surplus splits write no partial row. Every other case
 // passes an out_lse (the rest null, so the null path stays covered) and
-// checks it against the f64 LSE,
-// ln(sum_t exp(q . k_t / sqrt(d))): |lse - ref| <= 1e-3 max(1, |ref|), -inf
-// exactly for length 0, NaN exactly for the NaN rows (written: not the
-// poison's bits), and nothing written past [num_seqs, num_q_heads].
+// checks it against the f64 LSE, ln(sum_t exp(q . k_t / sqrt(d))):
+// |lse - ref| <= 1e-3 max(1, |ref|), -inf exactly for length 0, NaN exactly
+// for the NaN rows (written: not the poison's bits), and nothing written
+// past [num_seqs, num_q_heads].
 #define DA_EMULATE_PORTABLE 1
 #include "test/cuda_emu.h"
 #include "mfma_emu.h"  // kernels/hip/test: the MFMA path's instructions, wave 64 only
