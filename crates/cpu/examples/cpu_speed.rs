@@ -1,7 +1,7 @@
 //! Hand-run bandwidth check of the CPU backend (not a test):
 //!
 //! ```text
-//! cargo run --release -p decode-attn-cpu --example cpu_speed [-- [--threads N] [--dtype DT] [--heads Q/KV] [--without-bf16-dot] [SEQ_LEN...]]
+//! cargo run --release -p decode-attn-cpu --example cpu_speed [-- [--threads N] [--dtype DT] [--heads Q/KV] [--without-bf16-dot] [--without-amx] [SEQ_LEN...]]
 //! ```
 //!
 //! Decodes a llama3-8b layer (32 query heads, 8 KV heads, d 128, B = 1; `--heads
@@ -9,7 +9,9 @@
 //! under several policies and prints the KV streaming rate against the
 //! machine's copy bandwidth (bytes read plus written, as `bench` counts it).
 //! `--without-bf16-dot` runs the plain AVX-512 loop on a CPU with AVX512_BF16
-//! (`CpuBackend::without_bf16_dot`), for timing one against the other.
+//! (`CpuBackend::without_bf16_dot`), and `--without-amx` the AVX512_BF16
+//! loop on a CPU with AMX tiles (`CpuBackend::without_amx`), for timing one
+//! against the other.
 
 use decode_attn_core::synth::{i32_bytes, HostBatch, HostIndex};
 use decode_attn_core::{
@@ -23,11 +25,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut dtypes = vec![DType::Bf16, DType::F16, DType::F32];
     let (mut num_q_heads, mut num_kv_heads) = (32, 8);
     let mut bf16_dot = true;
+    let mut amx = true;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--threads" => threads = Some(args.next().ok_or("--threads N")?.parse()?),
             "--without-bf16-dot" => bf16_dot = false,
+            "--without-amx" => amx = false,
             "--dtype" => dtypes = vec![args.next().ok_or("--dtype DT")?.parse()?],
             "--heads" => {
                 let heads = args.next().ok_or("--heads Q/KV")?;
@@ -43,6 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => CpuBackend::new(),
     };
     let backend = if bf16_dot { backend } else { backend.without_bf16_dot() };
+    let backend = if amx { backend } else { backend.without_amx() };
     let copy = backend.copy_bandwidth_gbps(256 << 20)?;
     println!(
         "{} [{}]: copy bandwidth {copy:.1} GB/s (256 MiB, read + write)",

@@ -385,7 +385,7 @@ unsafe fn scale(x: &mut [f32], alpha: f32) {
 /// `kernel::exp2_nonpositive`, 16 lanes at a time (NaN stays NaN).
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[inline]
-unsafe fn exp2(x: __m512) -> __m512 {
+pub(crate) unsafe fn exp2(x: __m512) -> __m512 {
     // max/min return their second operand when either is NaN: x.
     let x = _mm512_min_ps(_mm512_setzero_ps(), _mm512_max_ps(_mm512_set1_ps(-126.0), x));
     let magic = _mm512_set1_ps(12_582_912.0);

@@ -47,7 +47,7 @@ pub(crate) fn fits(head_dim: usize) -> bool {
 /// f16 or f32, which go to `avx512.rs`, whose scores are f32 throughout).
 /// Each is checked by multiplying it back, so the scores here are `scale`
 /// times the dot products of exactly the queries the caller gave.
-fn unscaled_bf16_queries(q: &[f32], scale: f32, out: &mut Vec<f32>) -> bool {
+pub(crate) fn unscaled_bf16_queries(q: &[f32], scale: f32, out: &mut Vec<f32>) -> bool {
     if !(scale.is_finite() && scale > 0.0) {
         return false;
     }
@@ -409,7 +409,7 @@ mod tests {
     use super::*;
 
     fn have() -> bool {
-        crate::kernel::Isa::detect().name() == "avx512-bf16"
+        crate::kernel::Isa::detect().without_amx().name() == "avx512-bf16"
     }
 
     #[test]

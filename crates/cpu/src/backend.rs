@@ -150,6 +150,14 @@ impl CpuBackend {
         self
     }
 
+    /// The same backend without AMX tiles where the CPU has them (the
+    /// AVX512_BF16 path instead): for tests that compare the paths, and for
+    /// timing one against the other.
+    pub fn without_amx(mut self) -> CpuBackend {
+        self.isa = self.isa.without_amx();
+        self
+    }
+
     /// Worker threads.
     pub fn threads(&self) -> usize {
         self.props.num_sms as usize

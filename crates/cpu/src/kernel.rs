@@ -299,11 +299,19 @@ pub(crate) struct Scratch {
     pub s: Vec<f32>,
     /// The item's queries in the order a SIMD loop reads them (sized by it).
     pub q: Vec<f32>,
+    /// The item's queries as the AMX path's tile loads read them (`amx.rs`).
+    pub tiles: Vec<f32>,
 }
 
 impl Scratch {
     pub(crate) fn new(g: usize, head_dim: usize) -> Scratch {
-        Scratch { k: vec![0.0; TILE * head_dim], v: vec![0.0; TILE * head_dim], s: vec![0.0; g * TILE], q: Vec::new() }
+        Scratch {
+            k: vec![0.0; TILE * head_dim],
+            v: vec![0.0; TILE * head_dim],
+            s: vec![0.0; g * TILE],
+            q: Vec::new(),
+            tiles: Vec::new(),
+        }
     }
 }
 
@@ -321,6 +329,10 @@ pub(crate) enum Isa {
     /// `Avx512`'s features, and AVX-512BW and AVX512_BF16 (bf16 dot products).
     #[cfg(target_arch = "x86_64")]
     Avx512Bf16(SimdToken),
+    /// `Avx512Bf16`'s features, and AMX-TILE and AMX-BF16 with the OS's
+    /// permission to use them (`amx::available`).
+    #[cfg(target_arch = "x86_64")]
+    Amx(SimdToken),
 }
 
 /// Proof that the features of the `Isa` variant holding it were detected;
@@ -336,6 +348,9 @@ impl Isa {
             use std::arch::is_x86_feature_detected as has;
             if has!("avx2") && has!("fma") && has!("f16c") {
                 if has!("avx512f") && has!("avx512bw") && has!("avx512bf16") {
+                    if crate::amx::available() {
+                        return Isa::Amx(SimdToken(()));
+                    }
                     return Isa::Avx512Bf16(SimdToken(()));
                 }
                 if has!("avx512f") {
@@ -352,7 +367,7 @@ impl Isa {
     pub(crate) fn at_most_avx2(self) -> Isa {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512(token) | Isa::Avx512Bf16(token) => Isa::Avx2(token),
+            Isa::Avx512(token) | Isa::Avx512Bf16(token) | Isa::Amx(token) => Isa::Avx2(token),
             other => other,
         }
     }
@@ -363,7 +378,17 @@ impl Isa {
     pub(crate) fn without_bf16_dot(self) -> Isa {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512Bf16(token) => Isa::Avx512(token),
+            Isa::Avx512Bf16(token) | Isa::Amx(token) => Isa::Avx512(token),
+            other => other,
+        }
+    }
+
+    /// Without AMX tiles (what `CpuBackend::without_amx` and the tests use
+    /// to reach the AVX512_BF16 path on a CPU that has both).
+    pub(crate) fn without_amx(self) -> Isa {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Amx(token) => Isa::Avx512Bf16(token),
             other => other,
         }
     }
@@ -377,6 +402,8 @@ impl Isa {
             Isa::Avx512(_) => "avx512",
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Bf16(_) => "avx512-bf16",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Amx(_) => "amx-bf16",
         }
     }
 }
@@ -399,6 +426,18 @@ pub(crate) fn attend(isa: Isa, kv: Elt, work: &Work<'_>, state: &mut State, scra
         // `avx512_bf16::attend`, `avx512::attend` and `avx2::attend` require.
         Isa::Avx512Bf16(_) => unsafe {
             if crate::avx512_bf16::attend(kv, work, state, scratch)
+                || crate::avx512::attend(kv, work, state, scratch)
+                || crate::avx2::attend(kv, work, state, scratch)
+            {
+                return;
+            }
+        },
+        // SAFETY: the token inside `Isa::Amx` proves `Isa::Avx512Bf16`'s
+        // features and that `amx::available` returned true, all that
+        // `amx::attend` and the paths after it require.
+        Isa::Amx(_) => unsafe {
+            if crate::amx::attend(kv, work, state, scratch)
+                || crate::avx512_bf16::attend(kv, work, state, scratch)
                 || crate::avx512::attend(kv, work, state, scratch)
                 || crate::avx2::attend(kv, work, state, scratch)
             {
@@ -830,53 +869,66 @@ mod tests {
 
     #[test]
     fn a_multi_head_item_gives_each_head_what_it_alone_gives() {
-        // 4 KV heads of d 128, group 2, bf16, 16-token blocks in a shuffled
+        // 4 KV heads of d 128, bf16, 16-token blocks in a shuffled
         // order; 300 tokens: several 64-token chunks and a partial last tile.
-        let (kv_heads, g, d, len, block) = (4usize, 2usize, 128usize, 300usize, 16usize);
-        let slot_elems = kv_heads * d;
-        let blocks = len.div_ceil(block);
-        let row: Vec<i32> = (0..blocks as i32).map(|i| (i * 7 + 3) % blocks as i32).collect();
-        let pool_slots = blocks * block;
-        let bytes = |seed: f32| -> Vec<u8> {
-            (0..pool_slots * slot_elems)
-                .flat_map(|i| half::bf16::from_f32(((i as f32) * seed).sin()).to_le_bytes())
-                .collect()
-        };
-        let (k, v) = (bytes(0.731), bytes(0.277));
-        // bf16 queries scaled by 0.2, as the backend scales them, so that
-        // every path (the bf16 dot products too) serves the item.
-        let q: Vec<f32> =
-            (0..kv_heads * g * d).map(|i| half::bf16::from_f32(((i as f32) * 0.013).cos()).to_f32() * 0.2).collect();
-        let work = Work {
-            k: &k,
-            v: &v,
-            slot_elems,
-            kv_head: 0,
-            kv_heads,
-            head_dim: d,
-            slots: Slots::Blocks { row: &row, block_size: block },
-            start: 0,
-            end: len,
-            q: &q,
-            q_scale: 0.2,
-            weights_in_bf16: true,
-        };
-        let mut isas =
-            vec![Isa::Portable, Isa::detect().at_most_avx2(), Isa::detect().without_bf16_dot(), Isa::detect()];
-        isas.dedup();
-        for isa in isas {
-            let mut together = State::new(kv_heads * g, d);
-            attend(isa, Elt::Bf16, &work, &mut together, &mut Scratch::new(g, d));
-            for i in 0..kv_heads {
-                let mut alone = State::new(g, d);
-                let q_i = &q[i * g * d..(i + 1) * g * d];
-                attend(isa, Elt::Bf16, &work.one_head(i, q_i), &mut alone, &mut Scratch::new(g, d));
-                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                let name = isa.name();
-                assert_eq!(bits(&together.m[i * g..(i + 1) * g]), bits(&alone.m), "{name} head {i} m");
-                assert_eq!(bits(&together.l[i * g..(i + 1) * g]), bits(&alone.l), "{name} head {i} l");
-                assert_eq!(bits(&together.acc[i * g * d..(i + 1) * g * d]), bits(&alone.acc), "{name} head {i} acc");
-                assert!(alone.l.iter().all(|&l| l > 0.0), "{name} head {i}: no tokens summed");
+        // Group 2 (the SIMD loops) and 8 (the AMX tiles, where the CPU has them).
+        for g in [2usize, 8] {
+            let (kv_heads, d, len, block) = (4usize, 128usize, 300usize, 16usize);
+            let slot_elems = kv_heads * d;
+            let blocks = len.div_ceil(block);
+            let row: Vec<i32> = (0..blocks as i32).map(|i| (i * 7 + 3) % blocks as i32).collect();
+            let pool_slots = blocks * block;
+            let bytes = |seed: f32| -> Vec<u8> {
+                (0..pool_slots * slot_elems)
+                    .flat_map(|i| half::bf16::from_f32(((i as f32) * seed).sin()).to_le_bytes())
+                    .collect()
+            };
+            let (k, v) = (bytes(0.731), bytes(0.277));
+            // bf16 queries scaled by 0.2, as the backend scales them, so that
+            // every path (the bf16 dot products too) serves the item.
+            let q: Vec<f32> = (0..kv_heads * g * d)
+                .map(|i| half::bf16::from_f32(((i as f32) * 0.013).cos()).to_f32() * 0.2)
+                .collect();
+            let work = Work {
+                k: &k,
+                v: &v,
+                slot_elems,
+                kv_head: 0,
+                kv_heads,
+                head_dim: d,
+                slots: Slots::Blocks { row: &row, block_size: block },
+                start: 0,
+                end: len,
+                q: &q,
+                q_scale: 0.2,
+                weights_in_bf16: true,
+            };
+            let mut isas = vec![
+                Isa::Portable,
+                Isa::detect().at_most_avx2(),
+                Isa::detect().without_bf16_dot(),
+                Isa::detect().without_amx(),
+                Isa::detect(),
+            ];
+            isas.dedup();
+            for isa in isas {
+                let mut together = State::new(kv_heads * g, d);
+                attend(isa, Elt::Bf16, &work, &mut together, &mut Scratch::new(g, d));
+                for i in 0..kv_heads {
+                    let mut alone = State::new(g, d);
+                    let q_i = &q[i * g * d..(i + 1) * g * d];
+                    attend(isa, Elt::Bf16, &work.one_head(i, q_i), &mut alone, &mut Scratch::new(g, d));
+                    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    let name = isa.name();
+                    assert_eq!(bits(&together.m[i * g..(i + 1) * g]), bits(&alone.m), "{name} head {i} m");
+                    assert_eq!(bits(&together.l[i * g..(i + 1) * g]), bits(&alone.l), "{name} head {i} l");
+                    assert_eq!(
+                        bits(&together.acc[i * g * d..(i + 1) * g * d]),
+                        bits(&alone.acc),
+                        "{name} head {i} acc"
+                    );
+                    assert!(alone.l.iter().all(|&l| l > 0.0), "{name} head {i}: no tokens summed");
+                }
             }
         }
     }

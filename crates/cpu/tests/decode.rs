@@ -137,6 +137,43 @@ fn avx2_path_matches_reference_too() {
 }
 
 #[test]
+fn amx_path_matches_reference_and_the_bf16_dot_path() {
+    // The AMX tiles take bf16 KV with a bf16 or f16 output, 4 to 8 query
+    // heads per KV head, head dims 64, 96 and 128: every such group and head dim,
+    // every layout (token indices and partial tiles go through its staged
+    // rows), against the reference and against the AVX512_BF16 loop.
+    let backend = backend();
+    if backend.instruction_set() != "amx-bf16" {
+        eprintln!("SKIPPED: this CPU (or OS) gives no AMX-BF16 tiles ({})", backend.instruction_set());
+        return;
+    }
+    let without = CpuBackend::with_threads(2).unwrap().without_amx();
+    assert_eq!(without.instruction_set(), "avx512-bf16");
+    let groups = [(8, 2), (10, 2), (28, 4), (16, 2), (8, 1)]; // g = 4, 5, 7, 8, 8
+    let outs = [DType::Bf16, DType::F16];
+    let mut seed = 500;
+    for (i, layout) in LAYOUTS.into_iter().enumerate() {
+        for (j, &(hq, hkv)) in groups.iter().enumerate() {
+            let d = [64, 96, 128, 128][(i + j) % 4];
+            let dtypes = DTypes { q: DType::Bf16, kv: DType::Bf16, out: outs[(i + j) % 2] };
+            let lens = [0, 1, 15, 16, 17, 33, 700];
+            let batch = HostBatch::random(&problem(hq, hkv, d, dtypes, layout, &lens), seed);
+            seed += 1;
+            let reference = decode_reference(&batch, batch.problem.shape.default_scale());
+            for policy in [Policy::Fixed { splits: 1 }, Policy::Fixed { splits: 3 }] {
+                let what = format!("{layout} h={hq} h_kv={hkv} d={d} {dtypes:?} {policy}");
+                let amx = check(&backend, &batch, policy, &what);
+                assert_zero_rows(&batch, &amx, &what);
+                let bf16_dot = run(&without, &batch, policy, None).unwrap();
+                let (err_amx, err_dot) = (relative_error(&amx, &reference), relative_error(&bf16_dot, &reference));
+                // Both round P to bf16; the tiles sum in another order.
+                assert!(err_amx <= 2.0 * err_dot + 1e-4, "{what}: AMX {err_amx:e} against the bf16 loop's {err_dot:e}");
+            }
+        }
+    }
+}
+
+#[test]
 fn explicit_softmax_scale_is_used() {
     let backend = backend();
     let batch = HostBatch::random(&problem(8, 2, 64, uniform(DType::F32), LAYOUTS[0], &[50, 300]), 3);

@@ -1,0 +1,517 @@
+//! The hot loop for bf16 KV on CPUs with AMX-BF16 (Intel Sapphire Rapids and
+//! later), selected at run time by [`crate::kernel::Isa::detect`] for groups
+//! of 4 to 8 query heads per KV head and head dims of 32 to 128 (a multiple
+//! of 32); other problems take `avx512_bf16.rs`.
+//!
+//! A tile multiply-add (`tdpbf16ps`) takes a 16 x 32 bf16 matrix against a
+//! 32 x 16 one into 16 x 16 f32 sums: 8192 multiply-adds an instruction,
+//! where `vdpbf16ps` does 32. A Llama-3-70B tile at TP=8 (8 query heads, 16
+//! tokens, head dim 128: 32768 multiply-adds) is 8 of them. Per tile of one
+//! KV head:
+//!
+//! * Scores, transposed: `S^T = K Q^T` (tokens x heads), the K rows loaded
+//!   straight from the cache as the A matrix (16 rows of 32 elements at the
+//!   rows' stride), the queries as B, laid out once per item in pairs of
+//!   elements (`build_queries`). The 16 x 8 result goes through memory to
+//!   the heads' rows (`gather`), then `scale` times it is in log2 units.
+//! * The online softmax per head, as `avx512.rs`'s, on the accumulator as
+//!   laid out here (`acc_rows`).
+//! * P·V with P rounded to bf16 (as `avx512_bf16.rs`, FlashAttention-2 and
+//!   the CUDA tensor-core kernel do; only for bf16 and f16 outputs): the V
+//!   rows are B as they lie in the cache. A tile pairs the elements of each
+//!   B row (`2n`, `2n + 1`: two columns of one token), so A (the weights)
+//!   holds each head twice: row `h` with the token's weight in the even
+//!   element of each pair and 0 in the odd one, row `g + h` the other way
+//!   round. Output row `h` is then head `h`'s even columns, row `g + h` its
+//!   odd ones. The accumulator of each KV head is kept in that layout for
+//!   the whole item (`to_tile_order`), loaded into four tile registers and
+//!   stored back each tile, so that an item of several KV heads computes
+//!   each exactly as alone.
+//!
+//! Rows are read in place where a tile's 16 K rows and 16 V rows lie at one
+//! stride (a block-table tile); a partial tile or rows at scattered slots
+//! (per-token indices) are first copied, zero-filled, to a staging tile.
+//!
+//! The tile registers are configured at the start of each item and released
+//! at its end; [`available`] asks Linux for the process's permission to use
+//! them once (`arch_prctl(ARCH_REQ_XCOMP_PERM)`), which is why this path is
+//! Linux only. Every pointer a tile load or store reaches comes from a slice
+//! whose length is checked first (see each `SAFETY` comment).
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use crate::avx512;
+use crate::avx512_bf16;
+use crate::kernel::{self, Elt, Fused, Scratch, State, TilePrefetch, Work, TILE};
+
+/// The widest group of query heads per KV head: the output tile holds each
+/// head twice (even and odd columns) in its 16 rows.
+const MAX_GROUP: usize = 8;
+/// The narrowest: a KV head's queries in pairs (`build_queries`) fill 4 x
+/// `d` words, which must fit the `g * d` the tile walk hands each KV head.
+const MIN_GROUP: usize = 4;
+/// The largest head dim in 32-element chunks: one tile register holds each
+/// chunk's output, and four are free for it.
+const MAX_CHUNKS: usize = 4;
+/// How many tiles ahead of the one being computed K and V rows are prefetched.
+const PREFETCH_TILES: usize = 2;
+
+/// Whether this CPU and OS let the process use AMX-BF16 tiles: CPUID says
+/// AMX-TILE and AMX-BF16, the OS enables their state (XCR0 bits 17 and 18),
+/// and Linux grants the permission for the tile data. Asked once.
+pub(crate) fn available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(detect)
+}
+
+fn detect() -> bool {
+    // CPUID is present on every x86-64 CPU; leaf 7 reads 0s where the CPU
+    // does not have it.
+    let (leaf1, leaf7) = (__cpuid(1), __cpuid_count(7, 0));
+    let osxsave = leaf1.ecx & (1 << 27) != 0;
+    let amx = leaf7.edx & (1 << 24) != 0 && leaf7.edx & (1 << 22) != 0;
+    if !osxsave || !amx {
+        return false;
+    }
+    // SAFETY: XGETBV is present where CPUID reports OSXSAVE (checked above).
+    let xcr0 = unsafe { _xgetbv(0) };
+    if xcr0 & (0b11 << 17) != 0b11 << 17 {
+        return false;
+    }
+    request_tile_permission()
+}
+
+/// `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`: true where the
+/// kernel granted it (Linux 5.16 and later).
+#[cfg(target_os = "linux")]
+fn request_tile_permission() -> bool {
+    const SYS_ARCH_PRCTL: i64 = 158;
+    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+    const XFEATURE_XTILEDATA: i64 = 18;
+    let ret: i64;
+    // SAFETY: this system call only sets a bit of the process's permitted
+    // extended state (or fails with an error code); it reads and writes no
+    // memory of ours. `syscall` clobbers rcx and r11, declared here.
+    unsafe {
+        asm!(
+            "syscall",
+            inlateout("rax") SYS_ARCH_PRCTL => ret,
+            in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret == 0
+}
+
+#[cfg(not(target_os = "linux"))]
+fn request_tile_permission() -> bool {
+    false
+}
+
+/// Whether this path takes a problem of `g` query heads per KV head and
+/// head dim `d`.
+pub(crate) fn fits(g: usize, d: usize) -> bool {
+    (MIN_GROUP..=MAX_GROUP).contains(&g) && d > 0 && d.is_multiple_of(32) && d / 32 <= MAX_CHUNKS
+}
+
+/// The tile registers' shapes (`ldtilecfg`'s 64-byte operand, palette 1):
+/// tmm0-3 the output of chunks 0-3 and tmm4 the weights (`2g` rows of 64
+/// bytes); tmm5 a chunk of 16 K or V rows (16 x 64 bytes); tmm6 the scores
+/// `S^T` and tmm7 a chunk of the queries in pairs (16 rows x 8 heads).
+#[repr(C, align(64))]
+struct TileConfig([u8; 64]);
+
+impl TileConfig {
+    fn new(g: usize) -> TileConfig {
+        let mut bytes = [0u8; 64];
+        bytes[0] = 1; // palette 1
+        let shapes: [(u8, u16); 8] = [
+            (2 * g as u8, 64),
+            (2 * g as u8, 64),
+            (2 * g as u8, 64),
+            (2 * g as u8, 64),
+            (2 * g as u8, 64),
+            (TILE as u8, 64),
+            (TILE as u8, 4 * MAX_GROUP as u16),
+            (TILE as u8, 4 * MAX_GROUP as u16),
+        ];
+        for (i, (rows, bytes_per_row)) in shapes.into_iter().enumerate() {
+            bytes[16 + 2 * i..18 + 2 * i].copy_from_slice(&bytes_per_row.to_le_bytes());
+            bytes[48 + i] = rows;
+        }
+        TileConfig(bytes)
+    }
+}
+
+/// A tile's staging memory: the scores as the tile stores them (`[TILE,
+/// MAX_GROUP]`), the weights as tmm4 loads them (`[2g, 16]` words), and K
+/// and V rows copied where they are not at one stride (`[TILE, d]` bf16).
+#[repr(C, align(64))]
+struct Staging {
+    scores: [f32; TILE * MAX_GROUP],
+    weights: [u32; 2 * MAX_GROUP * 16],
+    k: [u16; TILE * 32 * MAX_CHUNKS],
+    v: [u16; TILE * 32 * MAX_CHUNKS],
+}
+
+/// Runs one work item (see `kernel::attend`) and returns true; returns false,
+/// touching nothing, where it does not apply: KV other than bf16, an f32
+/// output (whose weights stay f32), queries that are not bf16 values, a group
+/// or head dim outside [`fits`], lengths that disagree.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512BW, AVX512_BF16, AVX2, FMA and F16C,
+/// and [`available`] must have returned true.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma,f16c")]
+pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) -> bool {
+    let d = work.head_dim;
+    if kv != Elt::Bf16 || !work.weights_in_bf16 {
+        return false;
+    }
+    let Some(g) = kernel::item_group(work, state, scratch) else {
+        return false;
+    };
+    if !fits(g, d) || !avx512_bf16::unscaled_bf16_queries(work.q, work.q_scale, &mut scratch.q) {
+        return false;
+    }
+    let mut queries = std::mem::take(&mut scratch.tiles);
+    build_queries(&scratch.q, g, d, &mut queries);
+    for acc in state.acc.chunks_exact_mut(g * d) {
+        to_tile_order(acc, g, d);
+    }
+    let scale = work.q_scale;
+    let steps = work.kv_heads * 2 * (d / 32);
+    let mut staging = Staging {
+        scores: [0.0; TILE * MAX_GROUP],
+        weights: [0; 2 * MAX_GROUP * 16],
+        k: [0; TILE * 32 * MAX_CHUNKS],
+        v: [0; TILE * 32 * MAX_CHUNKS],
+    };
+    let config = TileConfig::new(g);
+    // SAFETY: the CPU has AMX-TILE and the process may use it (`available`);
+    // `config` is a valid palette-1 configuration of 64 bytes, 64-aligned.
+    asm!("ldtilecfg [{0}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
+    kernel::for_each_head_tile(kv, work, &queries, state, PREFETCH_TILES, steps, |t, pf| {
+        // SAFETY: `attend`'s caller guarantees the features; the tiles are
+        // configured for `g` heads above.
+        unsafe { tile(t.q, scale, t.m, t.l, t.acc, t.k_rows, t.v_rows, d, &mut staging, pf) }
+    });
+    // SAFETY: returns the tile registers to their initial state.
+    asm!("tilerelease", options(nostack, nomem));
+    for acc in state.acc.chunks_exact_mut(g * d) {
+        from_tile_order(acc, g, d);
+    }
+    scratch.tiles = queries;
+    true
+}
+
+/// The item's queries (`q`, `[kv_heads, g, d]`, bf16 values as f32) as the B
+/// matrices of the scores, in `out` (`[kv_heads, g * d]` words as f32 bits;
+/// of each KV head's `g * d`, the first `4 * d` are used): for chunk `c`
+/// (elements `32c .. 32c + 32`), row `r` (elements `32c + 2r` and `+ 1`),
+/// column `h` (of `MAX_GROUP`), the two bf16 of head `h`, the even element
+/// in the low half; heads past `g` are 0.
+fn build_queries(q: &[f32], g: usize, d: usize, out: &mut Vec<f32>) {
+    out.clear();
+    out.resize(q.len(), 0.0);
+    let bf16 = |x: f32| x.to_bits() >> 16;
+    for (q, out) in q.chunks_exact(g * d).zip(out.chunks_exact_mut(g * d)) {
+        for c in 0..d / 32 {
+            for r in 0..TILE {
+                for h in 0..g {
+                    let (even, odd) = (q[h * d + 32 * c + 2 * r], q[h * d + 32 * c + 2 * r + 1]);
+                    out[(c * TILE + r) * MAX_GROUP + h] = f32::from_bits(bf16(even) | (bf16(odd) << 16));
+                }
+            }
+        }
+    }
+}
+
+/// Where column `j` of head `h` (of `g`) lies in a KV head's accumulator in
+/// tile order: chunk `j / 32`, output row `h` (even columns) or `g + h`
+/// (odd), element `j % 32 / 2`; each chunk `2g` rows of 16.
+fn tile_position(h: usize, j: usize, g: usize) -> usize {
+    let (chunk, within) = (j / 32, j % 32);
+    let row = if within % 2 == 0 { h } else { g + h };
+    (chunk * 2 * g + row) * 16 + within / 2
+}
+
+/// Puts one KV head's accumulator (`[g, d]`) into tile order.
+fn to_tile_order(acc: &mut [f32], g: usize, d: usize) {
+    let natural = acc.to_vec();
+    for h in 0..g {
+        for j in 0..d {
+            acc[tile_position(h, j, g)] = natural[h * d + j];
+        }
+    }
+}
+
+/// Undoes [`to_tile_order`].
+fn from_tile_order(acc: &mut [f32], g: usize, d: usize) {
+    let tiled = acc.to_vec();
+    for h in 0..g {
+        for j in 0..d {
+            acc[h * d + j] = tiled[tile_position(h, j, g)];
+        }
+    }
+}
+
+/// The stride, in bytes, at which the 16 K rows and the 16 V rows of a full
+/// tile lie, where both have one; `None` for a partial tile or rows at
+/// scattered places.
+fn common_stride(k_rows: &[&[u8]; TILE], v_rows: &[&[u8]]) -> Option<isize> {
+    if v_rows.len() != TILE {
+        return None;
+    }
+    let (k0, v0) = (k_rows[0].as_ptr() as isize, v_rows[0].as_ptr() as isize);
+    let stride = (k_rows[1].as_ptr() as isize).wrapping_sub(k0);
+    let at = |r: usize| stride.wrapping_mul(r as isize);
+    (1..TILE)
+        .all(|r| {
+            k_rows[r].as_ptr() as isize == k0.wrapping_add(at(r))
+                && v_rows[r].as_ptr() as isize == v0.wrapping_add(at(r))
+        })
+        .then_some(stride)
+}
+
+/// Copies `rows` (each at least `d` bf16) into `out` (`[TILE, d]`), rows past
+/// them zero.
+fn stage_rows(rows: &[&[u8]], d: usize, out: &mut [u16]) {
+    for (r, out) in out.chunks_exact_mut(d).take(TILE).enumerate() {
+        match rows.get(r) {
+            Some(row) => {
+                for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
+                    *o = u16::from_le_bytes([b[0], b[1]]);
+                }
+            }
+            None => out.fill(0),
+        }
+    }
+}
+
+/// One `tdpbf16ps` into output register `tmm{c}` (0-3): weights tmm4 times
+/// the V chunk in tmm5.
+macro_rules! pv_chunk {
+    ($acc:literal, $at:expr, $v:expr, $stride:expr) => {
+        asm!(
+            concat!("tileloadd tmm", $acc, ", [{at} + {row}]"),
+            "tileloadd tmm5, [{v} + {stride}]",
+            concat!("tdpbf16ps tmm", $acc, ", tmm4, tmm5"),
+            concat!("tilestored [{at} + {row}], tmm", $acc),
+            at = in(reg) $at,
+            row = in(reg) 64usize,
+            v = in(reg) $v,
+            stride = in(reg) $stride,
+            options(nostack),
+        )
+    };
+}
+
+/// One tile of one KV head: the scores of its `g = m.len()` query heads
+/// (`queries` as `build_queries` lays out this KV head's) against the tile's
+/// K rows, times `scale`; the online-softmax update of `m`, `l` and `acc`
+/// (tile order); the V rows accumulated with the weights rounded to bf16.
+/// `v_rows` holds the tile's valid rows; `k_rows` past them repeat a valid
+/// row.
+///
+/// # Safety
+/// The CPU must have the features `attend` requires, with the tile registers
+/// configured (`TileConfig::new(m.len())`).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma,f16c")]
+#[inline]
+unsafe fn tile(
+    queries: &[f32],
+    scale: f32,
+    m: &mut [f32],
+    l: &mut [f32],
+    acc: &mut [f32],
+    k_rows: &[&[u8]; TILE],
+    v_rows: &[&[u8]],
+    d: usize,
+    staging: &mut Staging,
+    pf: &mut TilePrefetch<'_>,
+) {
+    let g = m.len();
+    let n = v_rows.len();
+    let chunks = d / 32;
+    if !fits(g, d)
+        || l.len() != g
+        || acc.len() != g * d
+        || queries.len() < chunks * TILE * MAX_GROUP
+        || !(1..=TILE).contains(&n)
+        || k_rows.iter().chain(v_rows).any(|r| r.len() < 2 * d)
+    {
+        return;
+    }
+    // The rows in place, or staged. SAFETY (the tile loads below): in place,
+    // row `r` of chunk `c` is the 64 bytes from byte `64c` of `k_rows[r]` (or
+    // `v_rows[r]`), which holds `2d >= 64(c + 1)` bytes; staged, of row `r`
+    // of `staging.k` (`.v`), `d` elements long.
+    let (k, v, stride) = match common_stride(k_rows, v_rows) {
+        Some(stride) => (k_rows[0].as_ptr(), v_rows[0].as_ptr(), stride),
+        None => {
+            stage_rows(&k_rows[..n], d, &mut staging.k);
+            stage_rows(v_rows, d, &mut staging.v);
+            (staging.k.as_ptr() as *const u8, staging.v.as_ptr() as *const u8, 2 * d as isize)
+        }
+    };
+    // S^T (16 tokens x MAX_GROUP heads) in tmm6. SAFETY: chunk `c` of the
+    // queries is 16 rows of 32 bytes from word `128c`, inside `queries`
+    // (checked above); the scores' 16 rows of 32 bytes are `staging.scores`.
+    asm!("tilezero tmm6", options(nostack, nomem));
+    for c in 0..chunks {
+        asm!(
+            "tileloadd tmm5, [{k} + {stride}]",
+            "tileloadd tmm7, [{q} + {qrow}]",
+            "tdpbf16ps tmm6, tmm5, tmm7",
+            k = in(reg) k.add(64 * c),
+            stride = in(reg) stride,
+            q = in(reg) queries.as_ptr().add(c * TILE * MAX_GROUP),
+            qrow = in(reg) 4 * MAX_GROUP,
+            options(nostack, readonly),
+        );
+        pf.step();
+    }
+    asm!(
+        "tilestored [{s} + {row}], tmm6",
+        s = in(reg) staging.scores.as_mut_ptr(),
+        row = in(reg) 4 * MAX_GROUP,
+        options(nostack),
+    );
+    softmax_weights(&staging.scores, scale, m, l, acc, n, d, &mut staging.weights);
+    // P·V. SAFETY: tmm4's 2g rows of 64 bytes are `staging.weights`; output
+    // chunk `c` is the 2g rows of 16 floats from float `32gc` of `acc`
+    // (`acc.len() == g * d`, `d >= 32(c + 1)`).
+    asm!(
+        "tileloadd tmm4, [{w} + {row}]",
+        w = in(reg) staging.weights.as_ptr(),
+        row = in(reg) 64usize,
+        options(nostack, readonly),
+    );
+    let acc = acc.as_mut_ptr();
+    let at = |c: usize| acc.add(c * 2 * g * 16);
+    pv_chunk!("0", at(0), v, stride);
+    pf.step();
+    if chunks > 1 {
+        pv_chunk!("1", at(1), v.add(64), stride);
+        pf.step();
+    }
+    if chunks > 2 {
+        pv_chunk!("2", at(2), v.add(128), stride);
+        pf.step();
+    }
+    if chunks > 3 {
+        pv_chunk!("3", at(3), v.add(192), stride);
+        pf.step();
+    }
+}
+
+/// The online-softmax step of one tile, as `avx512::online_softmax`, from
+/// the scores as the tile stored them (`scores`, `[TILE, MAX_GROUP]`, times
+/// `scale`; rows `n..` masked out) for the `g = m.len()` heads: `m` and `l`
+/// move to the tile's max and sum, `acc` (tile order) is rescaled where the
+/// max grew, and the weights `2^(s - m)` go to `weights` rounded to bf16, as
+/// tmm4 reads them (row `h` in the even half of each word, row `g + h` in
+/// the odd).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma,f16c")]
+#[inline]
+unsafe fn softmax_weights(
+    scores: &[f32; TILE * MAX_GROUP],
+    scale: f32,
+    m: &mut [f32],
+    l: &mut [f32],
+    acc: &mut [f32],
+    n: usize,
+    d: usize,
+    weights: &mut [u32; 2 * MAX_GROUP * 16],
+) {
+    let g = m.len();
+    if g > MAX_GROUP || l.len() != g || acc.len() != g * d || n == 0 || n > TILE {
+        return;
+    }
+    let valid: __mmask16 = if n >= TILE { 0xffff } else { (1u16 << n) - 1 };
+    // Head `h`'s scores are every MAX_GROUP-th float from float `h`.
+    let column = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(MAX_GROUP as i32),
+    );
+    for h in 0..g {
+        // SAFETY: indices `h + 8t` for t < 16 are below TILE * MAX_GROUP.
+        let raw = _mm512_i32gather_ps::<4>(_mm512_add_epi32(column, _mm512_set1_epi32(h as i32)), scores.as_ptr());
+        let sv =
+            _mm512_mask_blend_ps(valid, _mm512_set1_ps(f32::NEG_INFINITY), _mm512_mul_ps(raw, _mm512_set1_ps(scale)));
+        let tile_max = _mm512_reduce_max_ps(sv);
+        let m_old = m[h];
+        let m_new = m_old.max(tile_max);
+        if m_new > m_old {
+            let alpha = if m_old == f32::NEG_INFINITY {
+                l[h] = 0.0;
+                0.0
+            } else {
+                let alpha = kernel::exp2_nonpositive::<Fused>(m_old - m_new);
+                l[h] *= alpha;
+                alpha
+            };
+            for c in 0..d / 32 {
+                for row in [h, g + h] {
+                    let at = acc.as_mut_ptr().add((c * 2 * g + row) * 16);
+                    // SAFETY: `(c * 2g + row + 1) * 16 <= g * d` floats.
+                    _mm512_storeu_ps(at, _mm512_mul_ps(_mm512_loadu_ps(at), _mm512_set1_ps(alpha)));
+                }
+            }
+            m[h] = m_new;
+        }
+        let p = _mm512_maskz_mov_ps(valid, avx512::exp2(_mm512_sub_ps(sv, _mm512_set1_ps(m_new))));
+        l[h] += _mm512_reduce_add_ps(p);
+        let rounded = std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(p));
+        let even = _mm512_cvtepu16_epi32(rounded);
+        // SAFETY: rows `h` and `g + h` of 16 words lie in `weights` (g <= 8).
+        _mm512_storeu_si512(weights.as_mut_ptr().add(h * 16) as *mut _, even);
+        _mm512_storeu_si512(weights.as_mut_ptr().add((g + h) * 16) as *mut _, _mm512_slli_epi32::<16>(even));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tile_order_is_a_permutation_and_round_trips() {
+        for (g, d) in [(4, 32), (8, 128), (5, 96)] {
+            let mut seen = vec![false; g * d];
+            for h in 0..g {
+                for j in 0..d {
+                    seen[tile_position(h, j, g)] = true;
+                }
+            }
+            assert!(seen.iter().all(|&s| s), "g={g} d={d}");
+            let original: Vec<f32> = (0..g * d).map(|i| i as f32).collect();
+            let mut x = original.clone();
+            to_tile_order(&mut x, g, d);
+            assert_eq!(x[1], 2.0, "g={g}: row 0 (head 0's even columns) holds column 2 second");
+            assert_eq!(x[g * 16], 1.0, "g={g}: row g starts with head 0's column 1");
+            from_tile_order(&mut x, g, d);
+            assert_eq!(x, original);
+        }
+    }
+
+    #[test]
+    fn a_common_stride_is_found_only_where_every_row_has_it() {
+        let bytes = vec![0u8; 64 * 1024];
+        let rows = |stride: usize| -> [&[u8]; TILE] { std::array::from_fn(|r| &bytes[r * stride..r * stride + 256]) };
+        let (k, v) = (rows(512), rows(512));
+        assert_eq!(common_stride(&k, &v), Some(512));
+        let mut scattered = k;
+        scattered[9] = &bytes[40_000..40_256];
+        assert_eq!(common_stride(&scattered, &v), None);
+        assert_eq!(common_stride(&k, &v[..15]), None, "a partial tile is staged");
+        assert_eq!(common_stride(&k, &rows(1024)), None, "V at another stride");
+    }
+}
