@@ -67,6 +67,11 @@ impl Pool {
 
 /// Decode attention on the CPU: validates every index on the host, then runs
 /// the plan's work items on rayon (see the crate docs).
+///
+/// The first backend made in a process on Linux, where the CPU has AMX-BF16
+/// tiles, asks the kernel once for the process's permission to use them
+/// (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, process-wide: signal frames grow by
+/// the tiles' 8 KiB); where it is refused, the AVX512_BF16 loop runs.
 #[derive(Debug)]
 pub struct CpuBackend {
     pool: Pool,
@@ -169,9 +174,11 @@ impl CpuBackend {
         self.threads() > 1 && bytes > INLINE_KV_BYTES
     }
 
-    /// The instruction set the hot loop runs: "avx512-bf16" (bf16 KV, head
-    /// dims a multiple of 32; other problems on "avx512"'s loop), "avx512",
-    /// "avx2" or "portable".
+    /// The instruction set the hot loop runs: "amx-bf16" (bf16 KV with a
+    /// bf16 or f16 output, 4-8 query heads per KV head, head dims 64, 96 or
+    /// 128; other problems on "avx512-bf16"'s loop), "avx512-bf16" (bf16 KV,
+    /// head dims a multiple of 32; other problems on "avx512"'s loop),
+    /// "avx512", "avx2" or "portable".
     pub fn instruction_set(&self) -> &'static str {
         self.isa.name()
     }
