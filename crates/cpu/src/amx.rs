@@ -241,9 +241,14 @@ fn tile_position(h: usize, j: usize, g: usize) -> usize {
     (chunk * 2 * g + row) * 16 + within / 2
 }
 
-/// Puts one KV head's accumulator (`[g, d]`) into tile order.
+/// A KV head's accumulator at most: `MAX_GROUP` heads of `32 * MAX_CHUNKS`.
+const MAX_ACC: usize = MAX_GROUP * 32 * MAX_CHUNKS;
+
+/// Puts one KV head's accumulator (`[g, d]`, `g * d <= MAX_ACC`) into tile
+/// order.
 fn to_tile_order(acc: &mut [f32], g: usize, d: usize) {
-    let natural = acc.to_vec();
+    let mut natural = [0.0f32; MAX_ACC];
+    natural[..acc.len()].copy_from_slice(acc);
     for h in 0..g {
         for j in 0..d {
             acc[tile_position(h, j, g)] = natural[h * d + j];
@@ -253,7 +258,8 @@ fn to_tile_order(acc: &mut [f32], g: usize, d: usize) {
 
 /// Undoes [`to_tile_order`].
 fn from_tile_order(acc: &mut [f32], g: usize, d: usize) {
-    let tiled = acc.to_vec();
+    let mut tiled = [0.0f32; MAX_ACC];
+    tiled[..acc.len()].copy_from_slice(acc);
     for h in 0..g {
         for j in 0..d {
             acc[h * d + j] = tiled[tile_position(h, j, g)];
