@@ -871,8 +871,8 @@ mod tests {
     fn a_multi_head_item_gives_each_head_what_it_alone_gives() {
         // 4 KV heads of d 128, bf16, 16-token blocks in a shuffled
         // order; 300 tokens: several 64-token chunks and a partial last tile.
-        // Group 2 (the SIMD loops) and 8 (the AMX tiles, where the CPU has them).
-        for g in [2usize, 8] {
+        // Group 2 (the SIMD loops), 8 and 16 (the AMX tiles, where the CPU has them).
+        for g in [2usize, 8, 16] {
             let (kv_heads, d, len, block) = (4usize, 128usize, 300usize, 16usize);
             let slot_elems = kv_heads * d;
             let blocks = len.div_ceil(block);

@@ -139,7 +139,8 @@ fn avx2_path_matches_reference_too() {
 #[test]
 fn amx_path_matches_reference_and_the_bf16_dot_path() {
     // The AMX tiles take bf16 KV with a bf16 or f16 output, 4 to 8 query
-    // heads per KV head, head dims 64, 96 and 128: every such group and head dim,
+    // heads per KV head or an even 10 to 16 (two weights tiles), head dims
+    // 64, 96 and 128: groups of both kinds, each head dim,
     // every layout (token indices and partial tiles go through its staged
     // rows), against the reference and against the AVX512_BF16 loop.
     let backend = backend();
@@ -149,7 +150,7 @@ fn amx_path_matches_reference_and_the_bf16_dot_path() {
     }
     let without = CpuBackend::with_threads(2).unwrap().without_amx();
     assert_eq!(without.instruction_set(), "avx512-bf16");
-    let groups = [(8, 2), (10, 2), (28, 4), (16, 2), (8, 1)]; // g = 4, 5, 7, 8, 8
+    let groups = [(8, 2), (10, 2), (28, 4), (16, 2), (8, 1), (20, 2), (24, 2), (32, 2), (16, 1)]; // g = 4, 5, 7, 8, 8, 10, 12, 16, 16
     let outs = [DType::Bf16, DType::F16];
     let mut seed = 500;
     for (i, layout) in LAYOUTS.into_iter().enumerate() {
