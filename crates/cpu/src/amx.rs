@@ -16,7 +16,7 @@
 //!   and `scale` times it is in log2 units.
 //! * The online softmax per head, as `avx512.rs`'s, lane-wise on the scores
 //!   as stored (a head per lane), the weights then turned to a head per
-//!   register (`heads_of_tokens`).
+//!   register (`heads_of`).
 //! * P·V with P rounded to bf16 (as `avx512_bf16.rs`, FlashAttention-2 and
 //!   the CUDA tensor-core kernel do; only for bf16 and f16 outputs): the V
 //!   rows are B as they lie in the cache. A tile pairs the elements of each
