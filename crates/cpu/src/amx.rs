@@ -229,7 +229,7 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
         to_tile_order(acc, layout);
     }
     let scale = work.q_scale;
-    let steps = work.kv_heads * 2 * (d / 32);
+    let steps = work.kv_heads * 2 * layout.chunks;
     let mut staging = Staging {
         scores: [0.0; TILE * MAX_GROUP],
         weights: [0; 2 * MAX_GROUP * 16],
@@ -518,21 +518,16 @@ unsafe fn softmax_weights(
             _mm512_mul_ps(raw, _mm512_set1_ps(scale)),
         );
     }
-    // Lane-wise over the registers; at `cols` 8 the two halves too.
-    let fold = |v: __m512, op: unsafe fn(__m512, __m512) -> __m512| -> __m512 {
-        if pairs {
-            op(v, _mm512_shuffle_f32x4::<0b01_00_11_10>(v, v))
-        } else {
-            v
-        }
-    };
+    // Lane-wise over the registers; at `cols` 8 the two halves too (the
+    // other half of a register; at `cols` 16 the register itself).
+    let other_half = |v: __m512| if pairs { _mm512_shuffle_f32x4::<0b01_00_11_10>(v, v) } else { v };
     let mut tile_max = x[0];
     for &x in &x[1..regs] {
         tile_max = _mm512_max_ps(tile_max, x);
     }
     let mut head_max = [0.0f32; 16];
     // SAFETY: `head_max` holds 16 floats.
-    _mm512_storeu_ps(head_max.as_mut_ptr(), fold(tile_max, max_ps));
+    _mm512_storeu_ps(head_max.as_mut_ptr(), _mm512_max_ps(tile_max, other_half(tile_max)));
     // The running max of head `h` in lane `h` (and `8 + h` at `cols` 8; 0
     // past `g`, whose scores are 0 and whose weights are not used).
     let mut running = [0.0f32; 16];
@@ -572,7 +567,8 @@ unsafe fn softmax_weights(
     }
     let mut head_sum = [0.0f32; 16];
     // SAFETY: `head_sum` holds 16 floats.
-    _mm512_storeu_ps(head_sum.as_mut_ptr(), fold(sum, add_ps));
+    let sum = if pairs { _mm512_add_ps(sum, other_half(sum)) } else { sum };
+    _mm512_storeu_ps(head_sum.as_mut_ptr(), sum);
     let heads = if pairs {
         let pairs: [__m512; TILE / 2] = std::array::from_fn(|i| x[i]);
         let heads = heads_of(&pairs, &PAIRS_TO_HEADS);
@@ -590,16 +586,6 @@ unsafe fn softmax_weights(
         _mm512_storeu_si512(weights.as_mut_ptr().add(first * 16) as *mut _, even);
         _mm512_storeu_si512(weights.as_mut_ptr().add((first + half) * 16) as *mut _, _mm512_slli_epi32::<16>(even));
     }
-}
-
-/// `_mm512_max_ps` and `_mm512_add_ps` as plain function pointers.
-#[target_feature(enable = "avx512f")]
-unsafe fn max_ps(a: __m512, b: __m512) -> __m512 {
-    _mm512_max_ps(a, b)
-}
-#[target_feature(enable = "avx512f")]
-unsafe fn add_ps(a: __m512, b: __m512) -> __m512 {
-    _mm512_add_ps(a, b)
 }
 
 /// `vpermt2ps` indices of [`heads_of`], `ROUNDS` rounds: for round `r`, the
