@@ -687,8 +687,18 @@ pub(crate) fn for_each_head_tile<'a>(
 /// time ([`TilePrefetch::step`]) from inside the current tile's loops, so that
 /// the misses spread over its arithmetic instead of queueing up at once.
 ///
-/// A step runs in the hot loops, so it is kept to a compare, a prefetch and
-/// an add: the rows' addresses are worked out once, in [`TilePrefetch::new`].
+/// A step runs in the hot loops, so it is kept to a compare, two prefetches
+/// and an add: the rows' addresses are worked out once, in
+/// [`TilePrefetch::new`].
+///
+/// Each step fetches a line of K and the same line of V, so the two caches
+/// are read as two streams at once rather than all of a tile's K and then
+/// its V. s44, an Intel Xeon with AMX (2 vCPUs), `bench --backend cpu`, bf16,
+/// B = 1 and 4, s = 16384 and 65536, alternated three times: 8B 82.4-93.4%
+/// of copy against 57.6-77.5% with K's lines first, 70B at TP=8 64.7-97.1%
+/// against 64.1-85.0% (docs/measurements/2026-12-06-s44-cpu-prefetch/); a
+/// read of the same blocks with no arithmetic (docs/experiments/s44/acc3.c)
+/// runs 11% faster the same way on two threads.
 ///
 /// The hint is T1 (the outer caches), not T0: a tile is 8 KiB of bf16 K
 /// and V per KV head, so an item of four of Llama-3-8B's heads reads 32 KiB
@@ -700,15 +710,18 @@ pub(crate) fn for_each_head_tile<'a>(
 /// 54-62%, 70B 34-44% against 30-40% (docs/measurements/2026-12-05-s36-cpu-read/).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) struct TilePrefetch<'a> {
-    /// Where each row's run of bytes starts: the tile's K rows, then its V
-    /// rows. Each run lies inside `work.k` or `work.v` (checked in `new`).
-    runs: [*const u8; 2 * TILE],
+    /// Where each slot's run of bytes starts in K and in V. Each run lies
+    /// inside `work.k` or `work.v` (checked in `new`).
+    k_runs: [*const u8; TILE],
+    v_runs: [*const u8; TILE],
     num_runs: usize,
     run_bytes: usize,
-    /// The next run to start, and the next line and end of the current one.
+    /// The next slot to start, the current slot's runs, and the offset of
+    /// the next line in them.
     next_run: usize,
-    line: *const u8,
-    run_end: *const u8,
+    k_run: *const u8,
+    v_run: *const u8,
+    offset: usize,
     per_step: usize,
     cache: std::marker::PhantomData<&'a [u8]>,
 }
@@ -724,26 +737,27 @@ impl<'a> TilePrefetch<'a> {
         work.slots.fill(t0, &mut slots[..num_rows]);
         // The item's KV heads are one run of each slot.
         let run_bytes = work.kv_heads * work.head_dim * elem_size;
-        let mut runs = [std::ptr::null(); 2 * TILE];
+        let mut k_runs = [std::ptr::null(); TILE];
+        let mut v_runs = [std::ptr::null(); TILE];
         let mut num_runs = 0;
-        for cache in [work.k, work.v] {
-            for &slot in &slots[..num_rows] {
-                let offset = (slot * work.slot_elems + work.kv_head * work.head_dim) * elem_size;
-                if offset + run_bytes <= cache.len() {
-                    // In bounds: `offset + run_bytes <= cache.len()`.
-                    runs[num_runs] = cache.as_ptr().wrapping_add(offset);
-                    num_runs += 1;
-                }
+        for &slot in &slots[..num_rows] {
+            let offset = (slot * work.slot_elems + work.kv_head * work.head_dim) * elem_size;
+            if offset + run_bytes <= work.k.len() && offset + run_bytes <= work.v.len() {
+                k_runs[num_runs] = work.k.as_ptr().wrapping_add(offset);
+                v_runs[num_runs] = work.v.as_ptr().wrapping_add(offset);
+                num_runs += 1;
             }
         }
         let lines = num_runs * run_bytes.div_ceil(64);
         TilePrefetch {
-            runs,
+            k_runs,
+            v_runs,
             num_runs,
             run_bytes,
             next_run: 0,
-            line: std::ptr::null(),
-            run_end: std::ptr::null(),
+            k_run: std::ptr::null(),
+            v_run: std::ptr::null(),
+            offset: run_bytes,
             per_step: lines.div_ceil(steps.max(1)),
             cache: std::marker::PhantomData,
         }
@@ -753,12 +767,14 @@ impl<'a> TilePrefetch<'a> {
     #[cfg(test)]
     pub(crate) fn none() -> TilePrefetch<'static> {
         TilePrefetch {
-            runs: [std::ptr::null(); 2 * TILE],
+            k_runs: [std::ptr::null(); TILE],
+            v_runs: [std::ptr::null(); TILE],
             num_runs: 0,
             run_bytes: 0,
             next_run: 0,
-            line: std::ptr::null(),
-            run_end: std::ptr::null(),
+            k_run: std::ptr::null(),
+            v_run: std::ptr::null(),
+            offset: 0,
             per_step: 0,
             cache: std::marker::PhantomData,
         }
@@ -767,23 +783,25 @@ impl<'a> TilePrefetch<'a> {
     #[inline(always)]
     pub(crate) fn step(&mut self) {
         for _ in 0..self.per_step {
-            if self.line >= self.run_end {
+            if self.offset >= self.run_bytes {
                 if self.next_run >= self.num_runs {
                     return;
                 }
-                self.line = self.runs[self.next_run];
-                self.run_end = self.line.wrapping_add(self.run_bytes);
+                self.k_run = self.k_runs[self.next_run];
+                self.v_run = self.v_runs[self.next_run];
+                self.offset = 0;
                 self.next_run += 1;
             }
             #[cfg(target_arch = "x86_64")]
             // SAFETY: a prefetch only hints the cache and never faults or
-            // writes (the line is inside a run `new` checked anyway); SSE,
+            // writes (the lines are inside runs `new` checked anyway); SSE,
             // which `_mm_prefetch` needs, is part of the x86-64 baseline.
             unsafe {
                 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-                _mm_prefetch::<_MM_HINT_T1>(self.line as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(self.k_run.wrapping_add(self.offset) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(self.v_run.wrapping_add(self.offset) as *const i8);
             }
-            self.line = self.line.wrapping_add(64);
+            self.offset += 64;
         }
     }
 
