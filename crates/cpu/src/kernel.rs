@@ -782,6 +782,20 @@ impl<'a> TilePrefetch<'a> {
 
     #[inline(always)]
     pub(crate) fn step(&mut self) {
+        self.step_with(prefetch_line);
+    }
+
+    /// Issues whatever the steps left.
+    #[inline(always)]
+    pub(crate) fn finish(&mut self) {
+        self.per_step = usize::MAX;
+        self.step();
+    }
+
+    /// One step's lines, handed to `fetch`: a K line, then the same line of
+    /// V, `per_step` times (the tests look at the addresses this way).
+    #[inline(always)]
+    fn step_with(&mut self, mut fetch: impl FnMut(*const u8)) {
         for _ in 0..self.per_step {
             if self.offset >= self.run_bytes {
                 if self.next_run >= self.num_runs {
@@ -792,25 +806,28 @@ impl<'a> TilePrefetch<'a> {
                 self.offset = 0;
                 self.next_run += 1;
             }
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: a prefetch only hints the cache and never faults or
-            // writes (the lines are inside runs `new` checked anyway); SSE,
-            // which `_mm_prefetch` needs, is part of the x86-64 baseline.
-            unsafe {
-                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-                _mm_prefetch::<_MM_HINT_T1>(self.k_run.wrapping_add(self.offset) as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(self.v_run.wrapping_add(self.offset) as *const i8);
-            }
+            fetch(self.k_run.wrapping_add(self.offset));
+            fetch(self.v_run.wrapping_add(self.offset));
             self.offset += 64;
         }
     }
+}
 
-    /// Issues whatever the steps left.
-    #[inline(always)]
-    pub(crate) fn finish(&mut self) {
-        self.per_step = usize::MAX;
-        self.step();
+/// A hint to fetch the line at `line` into the outer caches (T1).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[inline(always)]
+fn prefetch_line(line: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch only hints the cache and never faults or writes,
+    // whatever the address (`TilePrefetch` passes lines of runs `new` checked
+    // anyway); SSE, which `_mm_prefetch` needs, is part of the x86-64
+    // baseline.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        _mm_prefetch::<_MM_HINT_T1>(line as *const i8);
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = line;
 }
 
 /// `sum(a[i] * b[i])` in two 8-lane partial sums (plus a scalar tail, which
@@ -947,6 +964,55 @@ mod tests {
                     );
                     assert!(alone.l.iter().all(|&l| l > 0.0), "{name} head {i}: no tokens summed");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_tile_prefetch_fetches_every_line_of_k_and_v_once_in_pairs() {
+        // 3 KV heads of d 64, bf16: a slot's run of the item's 2 heads is 256
+        // bytes (4 lines); 16-token blocks in a shuffled order, and a tile
+        // cut short by the range's end.
+        let (kv_heads, d, block) = (3usize, 64usize, 16usize);
+        let slot_elems = kv_heads * d;
+        let row: Vec<i32> = vec![2, 0, 3, 1];
+        let (k, v) = (vec![0u8; 4 * block * slot_elems * 2], vec![0u8; 4 * block * slot_elems * 2]);
+        let work = Work {
+            k: &k,
+            v: &v,
+            slot_elems,
+            kv_head: 1,
+            kv_heads: 2,
+            head_dim: d,
+            slots: Slots::Blocks { row: &row, block_size: block },
+            start: 0,
+            end: 40,
+            q: &[],
+            q_scale: 1.0,
+            weights_in_bf16: true,
+        };
+        for (t0, rows) in [(0usize, 16usize), (16, 16), (32, 8), (48, 0)] {
+            for steps in [1usize, 5, 64, 1000] {
+                let mut pf = TilePrefetch::new(&work, 2, t0, steps);
+                let mut fetched = Vec::new();
+                for _ in 0..steps {
+                    pf.step_with(|line| fetched.push(line as usize));
+                }
+                pf.per_step = usize::MAX;
+                pf.step_with(|line| fetched.push(line as usize));
+                // What the tile's rows are: each slot's run of heads 1 and 2.
+                let mut slots = [0usize; TILE];
+                work.slots.fill(t0, &mut slots[..rows]);
+                let (k0, v0) = (k.as_ptr() as usize, v.as_ptr() as usize);
+                let mut expected = Vec::new();
+                for &slot in &slots[..rows] {
+                    let run = (slot * slot_elems + d) * 2;
+                    for line in (0..2 * d * 2).step_by(64) {
+                        expected.push(k0 + run + line);
+                        expected.push(v0 + run + line);
+                    }
+                }
+                assert_eq!(fetched, expected, "tile at {t0}, {steps} steps");
             }
         }
     }
