@@ -411,39 +411,36 @@ impl Isa {
 /// Runs one work item, adding its tokens to `state` (`kv_heads * g` heads).
 pub(crate) fn attend(isa: Isa, kv: Elt, work: &Work<'_>, state: &mut State, scratch: &mut Scratch) {
     // The SIMD loops serve all the item's KV heads in one pass over its slots.
+    // Each level tries its own loop, and where that loop does not take the
+    // item, the level below it (the same chain `Isa`'s narrowing methods walk).
     #[cfg(target_arch = "x86_64")]
     match isa {
-        // SAFETY: the token inside `Isa::Avx512` proves AVX-512F, AVX2, FMA
-        // and F16C were detected, all `avx512::attend` and `avx2::attend`
-        // require.
-        Isa::Avx512(_) => unsafe {
-            if crate::avx512::attend(kv, work, state, scratch) || crate::avx2::attend(kv, work, state, scratch) {
+        Isa::Amx(_) => {
+            // SAFETY: the token inside `Isa::Amx` proves AVX-512F,
+            // AVX-512BW, AVX512_BF16, AVX2, FMA and F16C were detected and
+            // that `amx::available` returned true, all `amx::attend` requires.
+            if unsafe { crate::amx::attend(kv, work, state, scratch) } {
                 return;
             }
-        },
-        // SAFETY: the token inside `Isa::Avx512Bf16` proves AVX-512F,
-        // AVX-512BW, AVX512_BF16, AVX2, FMA and F16C were detected, all that
-        // `avx512_bf16::attend`, `avx512::attend` and `avx2::attend` require.
-        Isa::Avx512Bf16(_) => unsafe {
-            if crate::avx512_bf16::attend(kv, work, state, scratch)
-                || crate::avx512::attend(kv, work, state, scratch)
-                || crate::avx2::attend(kv, work, state, scratch)
-            {
+            return attend(isa.without_amx(), kv, work, state, scratch);
+        }
+        Isa::Avx512Bf16(_) => {
+            // SAFETY: the token inside `Isa::Avx512Bf16` proves AVX-512F,
+            // AVX-512BW, AVX512_BF16, AVX2, FMA and F16C were detected, all
+            // `avx512_bf16::attend` requires.
+            if unsafe { crate::avx512_bf16::attend(kv, work, state, scratch) } {
                 return;
             }
-        },
-        // SAFETY: the token inside `Isa::Amx` proves `Isa::Avx512Bf16`'s
-        // features and that `amx::available` returned true, all that
-        // `amx::attend` and the paths after it require.
-        Isa::Amx(_) => unsafe {
-            if crate::amx::attend(kv, work, state, scratch)
-                || crate::avx512_bf16::attend(kv, work, state, scratch)
-                || crate::avx512::attend(kv, work, state, scratch)
-                || crate::avx2::attend(kv, work, state, scratch)
-            {
+            return attend(isa.without_bf16_dot(), kv, work, state, scratch);
+        }
+        Isa::Avx512(_) => {
+            // SAFETY: the token inside `Isa::Avx512` proves AVX-512F, AVX2,
+            // FMA and F16C were detected, all `avx512::attend` requires.
+            if unsafe { crate::avx512::attend(kv, work, state, scratch) } {
                 return;
             }
-        },
+            return attend(isa.at_most_avx2(), kv, work, state, scratch);
+        }
         // SAFETY: a `SimdToken` inside `Isa::Avx2` exists only when
         // `Isa::detect` found AVX2, FMA and F16C on this CPU, which is all
         // `avx2::attend` requires.
