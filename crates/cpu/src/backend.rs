@@ -175,10 +175,10 @@ impl CpuBackend {
     }
 
     /// The instruction set the hot loop runs: "amx-bf16" (bf16 KV with a
-    /// bf16 or f16 output, 4-8 query heads per KV head or an even 10-16, head dims 64, 96 or
-    /// 128; other problems on "avx512-bf16"'s loop), "avx512-bf16" (bf16 KV,
-    /// head dims a multiple of 32; other problems on "avx512"'s loop),
-    /// "avx512", "avx2" or "portable".
+    /// bf16 or f16 output, 4-8 query heads per KV head or an even 10-16,
+    /// head dims 64, 96 or 128; other problems on "avx512-bf16"'s loop),
+    /// "avx512-bf16" (bf16 KV, head dims a multiple of 32; other problems on
+    /// "avx512"'s loop), "avx512", "avx2" or "portable".
     pub fn instruction_set(&self) -> &'static str {
         self.isa.name()
     }

@@ -21,11 +21,10 @@
 //! The hot loop is picked once, at run time: for bf16 KV on a CPU with
 //! AMX-BF16 tiles (and Linux's permission to use them), tile multiply-adds
 //! (4-8 query heads per KV head or an even 10-16, head dims 64-128, a bf16
-//! or f16 output);
-//! else, with AVX512_BF16, bf16 dot products (head dims that are a multiple of 32; for
-//! a bf16 or f16 output the weights P rounded to bf16 before P·V, as on the
-//! GPU); else AVX-512F
-//! intrinsics (head dims that are a multiple of 16), else AVX2 + FMA + F16C
+//! or f16 output); else, with AVX512_BF16, bf16 dot products (head dims
+//! that are a multiple of 32; for a bf16 or f16 output the weights P
+//! rounded to bf16 before P·V, as on the GPU); else AVX-512F intrinsics
+//! (head dims that are a multiple of 16), else AVX2 + FMA + F16C
 //! intrinsics, else portable Rust that LLVM vectorises. All compute an f32
 //! online softmax over the same 16-token tiles; the scalar reference is the
 //! judge.
