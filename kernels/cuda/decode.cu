@@ -1067,34 +1067,89 @@ DA_DEVICE void merge_attn_states_body(const MergeParams& p) {
         decode_reduce_body<TYPE, D>(p);                                                                  \
     }
 
+// Parts. Built whole (nvcc, the tests, the probes) the file defines every
+// entry point. The NVRTC path compiles it one part at a time, on first use of
+// that part (crates/cuda/src/nvrtc.rs, `KernelPart`): the whole file takes
+// NVRTC minutes, one part seconds, and an engine uses one or two. A part is
+// one element type and one head dim, chosen by -DDA_PART_TYPE=1|2|3 (f32, f16,
+// bf16) and -DDA_PART_HEAD_DIM=D; head dim 0 is the type's
+// merge_attn_states_<T> alone.
+#define DA_TYPE_F32 1
+#define DA_TYPE_F16 2
+#define DA_TYPE_BF16 3
+#if defined(DA_PART_TYPE) != defined(DA_PART_HEAD_DIM)
+#error "a part names both DA_PART_TYPE and DA_PART_HEAD_DIM"
+#endif
+#ifdef DA_PART_TYPE
+#define DA_PART_HAS_TYPE(T) (DA_PART_TYPE == (T))
+#define DA_PART_HAS_DIM(D) (DA_PART_HEAD_DIM == (D))
+#else
+#define DA_PART_HAS_TYPE(T) 1
+#define DA_PART_HAS_DIM(D) 1
+#endif
+
 // The head dims the kernels are instantiated for (core's SUPPORTED_HEAD_DIMS;
-// the mma kernel stops at 128):
+// the mma kernel stops at 128), or the part's alone:
 // ENTRY(A, B, D) for each, A and B passed through.
+#ifndef DA_PART_HEAD_DIM
 #define DA_DIMS_TO_128(ENTRY, A, B) \
     ENTRY(A, B, 64) ENTRY(A, B, 80) ENTRY(A, B, 96) ENTRY(A, B, 112) ENTRY(A, B, 120) ENTRY(A, B, 128)
 #define DA_ALL_DIMS(ENTRY, A, B) DA_DIMS_TO_128(ENTRY, A, B) ENTRY(A, B, 192) ENTRY(A, B, 256)
+#else
+// One more level, so that DA_PART_HEAD_DIM is replaced by its number before
+// ENTRY pastes it into a name.
+#define DA_PART_ENTRY(ENTRY, A, B, D) ENTRY(A, B, D)
+#if DA_PART_HEAD_DIM > 0 && DA_PART_HEAD_DIM <= 128
+#define DA_DIMS_TO_128(ENTRY, A, B) DA_PART_ENTRY(ENTRY, A, B, DA_PART_HEAD_DIM)
+#else
+#define DA_DIMS_TO_128(ENTRY, A, B)
+#endif
+#if DA_PART_HEAD_DIM > 0
+#define DA_ALL_DIMS(ENTRY, A, B) DA_PART_ENTRY(ENTRY, A, B, DA_PART_HEAD_DIM)
+#else
+#define DA_ALL_DIMS(ENTRY, A, B)
+#endif
+#endif
 
+#if DA_PART_HAS_TYPE(DA_TYPE_F32)
 DA_ALL_DIMS(DA_DECODE_ENTRY, f32, float)
+#endif
+#if DA_PART_HAS_TYPE(DA_TYPE_F16)
 DA_ALL_DIMS(DA_DECODE_ENTRY, f16, da_f16)
+#endif
+#if DA_PART_HAS_TYPE(DA_TYPE_BF16)
 DA_ALL_DIMS(DA_DECODE_ENTRY, bf16, da_bf16)
+#endif
 
 #define DA_MERGE_ENTRY(TNAME, TYPE)                                                                      \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS) merge_attn_states_##TNAME(const MergeParams p) { \
         merge_attn_states_body<TYPE>(p);                                                                 \
     }
 
+#if DA_PART_HAS_DIM(0) && DA_PART_HAS_TYPE(DA_TYPE_F32)
 DA_MERGE_ENTRY(f32, float)
+#endif
+#if DA_PART_HAS_DIM(0) && DA_PART_HAS_TYPE(DA_TYPE_F16)
 DA_MERGE_ENTRY(f16, da_f16)
+#endif
+#if DA_PART_HAS_DIM(0) && DA_PART_HAS_TYPE(DA_TYPE_BF16)
 DA_MERGE_ENTRY(bf16, da_bf16)
+#endif
 
 // ---------------------------------------------------------------------------
 // The streaming kernel (decode_stream.cuh): the CUDA backend's default.
 // ---------------------------------------------------------------------------
 #include "decode_stream.cuh"
 
+#if DA_PART_HAS_TYPE(DA_TYPE_F32)
 DA_ALL_DIMS(DA_STREAM_ENTRIES, float, f32)
+#endif
+#if DA_PART_HAS_TYPE(DA_TYPE_F16)
 DA_ALL_DIMS(DA_STREAM_ENTRIES, da_f16, f16)
+#endif
+#if DA_PART_HAS_TYPE(DA_TYPE_BF16)
 DA_ALL_DIMS(DA_STREAM_ENTRIES, da_bf16, bf16)
+#endif
 
 // ---------------------------------------------------------------------------
 // The tensor-core kernel (decode_mma.cuh): the default for f16 and bf16 with
@@ -1102,11 +1157,19 @@ DA_ALL_DIMS(DA_STREAM_ENTRIES, da_bf16, bf16)
 // ---------------------------------------------------------------------------
 #include "decode_mma.cuh"
 
+#if DA_PART_HAS_TYPE(DA_TYPE_F16)
 DA_DIMS_TO_128(DA_MMA_ENTRY, da_f16, f16)
-DA_DIMS_TO_128(DA_MMA_ENTRY, da_bf16, bf16)
-DA_MMA_ENTRY(da_f16, f16, 256)
-DA_MMA_ENTRY(da_bf16, bf16, 256)
 DA_DIMS_TO_128(DA_MMA_PACKED_ENTRY, da_f16, f16)
-DA_DIMS_TO_128(DA_MMA_PACKED_ENTRY, da_bf16, bf16)
 DA_DIMS_TO_128(DA_BATCH_REDUCE_ENTRY, da_f16, f16)
+#if DA_PART_HAS_DIM(256)
+DA_MMA_ENTRY(da_f16, f16, 256)
+#endif
+#endif
+#if DA_PART_HAS_TYPE(DA_TYPE_BF16)
+DA_DIMS_TO_128(DA_MMA_ENTRY, da_bf16, bf16)
+DA_DIMS_TO_128(DA_MMA_PACKED_ENTRY, da_bf16, bf16)
 DA_DIMS_TO_128(DA_BATCH_REDUCE_ENTRY, da_bf16, bf16)
+#if DA_PART_HAS_DIM(256)
+DA_MMA_ENTRY(da_bf16, bf16, 256)
+#endif
+#endif

@@ -14,6 +14,7 @@
 mod caller;
 mod nvrtc;
 mod params;
+mod parts;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -38,6 +39,7 @@ use decode_attn_core::abi::{
 use decode_attn_core::env;
 pub use nvrtc::{default_cache_dir, NVRTC_CANDIDATES};
 use params::ByValue;
+use parts::DecodeModules;
 
 const BACKEND: &str = "cuda";
 
@@ -122,7 +124,7 @@ mod embedded {
     include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
 }
 
-const DECODE_SOURCE: &str = include_str!("../../../kernels/cuda/decode.cu");
+pub(crate) const DECODE_SOURCE: &str = include_str!("../../../kernels/cuda/decode.cu");
 /// The portable kv-head-grid kernel of the HIP backend, built here as CUDA
 /// (through NVRTC, at first use) so that its indexing and merging run the
 /// conformance suite on NVIDIA hardware.
@@ -133,7 +135,7 @@ const KVGRID_HEADERS: &[(&str, &str)] = &[
 ];
 /// Threads per workgroup of the kv-head-grid kernel (DECODE_KVGRID_THREADS).
 pub const KVGRID_THREADS: u32 = 256;
-const KERNEL_HEADERS: &[(&str, &str)] = &[
+pub(crate) const KERNEL_HEADERS: &[(&str, &str)] = &[
     ("decode_params.h", include_str!("../../../kernels/cuda/decode_params.h")),
     ("decode_stream.cuh", include_str!("../../../kernels/cuda/decode_stream.cuh")),
     ("decode_mma.cuh", include_str!("../../../kernels/cuda/decode_mma.cuh")),
@@ -517,7 +519,7 @@ impl DeviceBuffer for CudaBuffer {
 pub struct CudaBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    module: Arc<CudaModule>,
+    modules: DecodeModules,
     /// The kv-head-grid kernel's module, when that kernel is selected.
     kvgrid_module: Option<Arc<CudaModule>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
@@ -565,11 +567,11 @@ impl CudaBackend {
         // keeps graph capture free of stray event records.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(driver_error)?;
-        let (module, mut kernel_origin) = load_module(&ctx, &options)?;
+        let (modules, mut kernel_origin) = load_modules(&ctx, &options)?;
         let kvgrid_module = if options.kernel == DecodeKernel::KvGrid {
             let arch = ctx.compute_capability().map_err(driver_error)?;
             let source = nvrtc::Source { name: "decode_kvgrid.hip", text: KVGRID_SOURCE, headers: KVGRID_HEADERS };
-            let cubin = nvrtc::compile_cubin(&source, arch, options.cache_dir.as_deref())?;
+            let cubin = nvrtc::compile_cubin(&source, &[], arch, options.cache_dir.as_deref())?;
             kernel_origin.push_str(&format!("; kv-head-grid kernel: NVRTC, sm_{}{}", arch.0, arch.1));
             Some(ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(driver_error)?)
         } else {
@@ -608,7 +610,7 @@ impl CudaBackend {
             },
             ctx,
             stream,
-            module,
+            modules,
             kvgrid_module,
             functions: Mutex::new(HashMap::new()),
             kernel_origin,
@@ -976,8 +978,8 @@ impl CudaBackend {
             return Ok(f.clone());
         }
         let module = match &self.kvgrid_module {
-            Some(kvgrid) if name.starts_with("decode_kvgrid_") => kvgrid,
-            _ => &self.module,
+            Some(kvgrid) if name.starts_with("decode_kvgrid_") => kvgrid.clone(),
+            _ => self.modules.module_for(name)?,
         };
         let f = module.load_function(name).map_err(|e| Error::Device {
             backend: BACKEND,
@@ -1053,12 +1055,18 @@ impl DecodeGraph {
     }
 }
 
-fn load_module(ctx: &Arc<CudaContext>, options: &CudaOptions) -> Result<(Arc<CudaModule>, String)> {
+/// decode.cu's kernels: the embedded fatbin where it loads (unless NVRTC is
+/// asked for), else NVRTC's, a part at a time (`parts`); and a line saying
+/// which.
+fn load_modules(ctx: &Arc<CudaContext>, options: &CudaOptions) -> Result<(DecodeModules, String)> {
     let mut refused = None;
     if options.kernels != KernelSource::Nvrtc {
         match embedded::FATBIN {
             Some(fatbin) => match ctx.load_module(cudarc::nvrtc::Ptx::from_binary(fatbin.to_vec())) {
-                Ok(module) => return Ok((module, "embedded fatbin (nvcc: sm_80, sm_90, compute_90 PTX)".into())),
+                Ok(module) => {
+                    let origin = "embedded fatbin (nvcc: sm_80, sm_90, compute_90 PTX)";
+                    return Ok((DecodeModules::Whole(module), origin.into()));
+                }
                 Err(err) if options.kernels == KernelSource::Embedded => return Err(driver_error(err)),
                 Err(err) => refused = Some(err.to_string()),
             },
@@ -1072,14 +1080,12 @@ fn load_module(ctx: &Arc<CudaContext>, options: &CudaOptions) -> Result<(Arc<Cud
         }
     }
     let arch = ctx.compute_capability().map_err(driver_error)?;
-    let source = nvrtc::Source { name: "decode.cu", text: DECODE_SOURCE, headers: KERNEL_HEADERS };
-    let cubin = nvrtc::compile_cubin(&source, arch, options.cache_dir.as_deref())?;
-    let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(driver_error)?;
     let why = match refused {
         Some(err) => format!(" (the embedded fatbin was refused: {err})"),
         None => String::new(),
     };
-    Ok((module, format!("NVRTC, sm_{}{}{why}", arch.0, arch.1)))
+    let origin = format!("NVRTC, sm_{}{}, an element type and head dim at a time at first use{why}", arch.0, arch.1);
+    Ok((DecodeModules::parts(ctx.clone(), arch, options.cache_dir.clone()), origin))
 }
 
 /// Query heads per CTA of the stream kernel: the smallest instantiation
@@ -1237,7 +1243,11 @@ impl DecodeAttention for CudaBackend {
 
     fn plan(&self, problem: &DecodeProblem, policy: Policy) -> Result<Plan> {
         self.supports(problem)?;
-        decode_attn_core::plan(problem, policy, &self.props_for(problem)?)
+        let plan = decode_attn_core::plan(problem, policy, &self.props_for(problem)?)?;
+        // On the NVRTC path, compile the problem's kernels now, not in the
+        // first decode (which an engine may be capturing into a graph).
+        self.modules.prepare(problem.dtypes.kv, problem.shape.head_dim)?;
+        Ok(plan)
     }
 
     fn supports(&self, problem: &DecodeProblem) -> Result<()> {

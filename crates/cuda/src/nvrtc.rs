@@ -93,13 +93,20 @@ impl Nvrtc {
     }
 }
 
-/// Compiles `source` to a cubin for `sm_{major}{minor}`, or returns the cached
-/// cubin of an identical earlier compile (same source, headers, options,
-/// architecture and NVRTC version) from `cache_dir`.
-pub fn compile_cubin(source: &Source<'_>, arch: (i32, i32), cache_dir: Option<&Path>) -> Result<Vec<u8>> {
+/// Compiles `source` with the extra options `defines` to a cubin for
+/// `sm_{major}{minor}`, or returns the cached cubin of an identical earlier
+/// compile (same source, headers, options, architecture and NVRTC version)
+/// from `cache_dir`.
+pub fn compile_cubin(
+    source: &Source<'_>,
+    defines: &[String],
+    arch: (i32, i32),
+    cache_dir: Option<&Path>,
+) -> Result<Vec<u8>> {
     let nvrtc = Nvrtc::load()?;
-    let options =
-        [format!("--gpu-architecture=sm_{}{}", arch.0, arch.1), "-std=c++17".into(), "-default-device".into()];
+    let mut options =
+        vec![format!("--gpu-architecture=sm_{}{}", arch.0, arch.1), "-std=c++17".into(), "-default-device".into()];
+    options.extend_from_slice(defines);
     let key = cache_key("nvrtc", source, &options, nvrtc.version());
     let cached = cache_dir.map(|dir| dir.join(format!("{key}.cubin")));
     cached_or_compile(cached.as_deref(), |_| true, || compile_uncached(&nvrtc, source, &options))

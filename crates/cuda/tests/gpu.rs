@@ -190,6 +190,10 @@ fn programmatic_decode_waits_for_the_kernel_that_writes_its_q() {
     }
 }
 
+/// The NVRTC path compiles decode.cu one element type and head dim at a
+/// time, when a plan first needs them: two such parts here, the second's
+/// first decode captured into a graph right after its plan (so nothing may
+/// be left to compile at launch).
 #[test]
 #[serial]
 fn nvrtc_kernels_match_the_reference() {
@@ -206,6 +210,17 @@ fn nvrtc_kernels_match_the_reference() {
         let err = relative_error(&out, &decode_reference(&batch, p.shape.default_scale()));
         assert!(err < 1e-2, "{layout}: relerr {err}");
     }
+    // Qwen2-7B's group of 7 at head_dim 64, f16: another part.
+    let shape = AttentionShape::new(28, 4, 64).unwrap();
+    let p = DecodeProblem::new(shape, DTypes::uniform(DType::F16), KvLayout::block_table(16), vec![700, 2]).unwrap();
+    let plan = backend.plan(&p, Policy::Auto).unwrap();
+    let batch = HostBatch::random(&p, 6);
+    let mut device = DeviceBatch::new(&backend, &batch, plan.workspace_bytes);
+    let graph = backend.capture(&mut || backend.decode(&plan, device.args(true))).unwrap();
+    graph.replay().unwrap();
+    let out = download_f32(&backend, &device.out, DType::F16);
+    let err = relative_error(&out, &decode_reference(&batch, p.shape.default_scale()));
+    assert!(err < 1e-2, "f16 head_dim 64 from a graph: relerr {err}");
 }
 
 #[test]
@@ -234,7 +249,14 @@ fn bad_block_ids_in_device_memory_give_nan_not_a_crash() {
 #[test]
 #[serial]
 fn merge_attn_states_matches_the_host_merge() {
-    let Some(backend) = backend(KernelSource::Auto) else { return };
+    // NVRTC builds each element type's merge as a part of its own.
+    for kernels in [KernelSource::Auto, KernelSource::Nvrtc] {
+        let Some(backend) = backend(kernels) else { return };
+        merge_matches_the_host_merge(&backend);
+    }
+}
+
+fn merge_matches_the_host_merge(backend: &CudaBackend) {
     let (tokens, heads, dim) = (5, 6, 80);
     let mut rng = decode_attn_core::synth::SplitMix64::new(9);
     let n = tokens * heads * dim;
@@ -247,12 +269,12 @@ fn merge_attn_states_matches_the_host_merge() {
     suffix_lse[1] = f32::NEG_INFINITY;
     for dtype in [DType::F32, DType::Bf16, DType::F16] {
         let lse_bytes = |v: &[f32]| dtype::encode(DType::F32, v);
-        let prefix_dev = upload(&backend, &dtype::encode(dtype, &prefix));
-        let suffix_dev = upload(&backend, &dtype::encode(dtype, &suffix));
-        let prefix_lse_dev = upload(&backend, &lse_bytes(&prefix_lse));
-        let suffix_lse_dev = upload(&backend, &lse_bytes(&suffix_lse));
-        let mut out = upload(&backend, &nan_bytes(dtype, n * dtype.size_bytes()));
-        let mut out_lse = upload(&backend, &lse_bytes(&vec![f32::NAN; tokens * heads]));
+        let prefix_dev = upload(backend, &dtype::encode(dtype, &prefix));
+        let suffix_dev = upload(backend, &dtype::encode(dtype, &suffix));
+        let prefix_lse_dev = upload(backend, &lse_bytes(&prefix_lse));
+        let suffix_lse_dev = upload(backend, &lse_bytes(&suffix_lse));
+        let mut out = upload(backend, &nan_bytes(dtype, n * dtype.size_bytes()));
+        let mut out_lse = upload(backend, &lse_bytes(&vec![f32::NAN; tokens * heads]));
         backend
             .merge_attn_states(MergeArgs {
                 num_tokens: tokens,
@@ -267,8 +289,8 @@ fn merge_attn_states_matches_the_host_merge() {
                 out_lse: Some(&mut out_lse),
             })
             .unwrap();
-        let got = download_f32(&backend, &out, dtype);
-        let got_lse = download_f32(&backend, &out_lse, DType::F32);
+        let got = download_f32(backend, &out, dtype);
+        let got_lse = download_f32(backend, &out_lse, DType::F32);
         let (want, want_lse) = host_merge(dtype, dim, &prefix, &prefix_lse, &suffix, &suffix_lse);
         let want64: Vec<f64> = want.iter().map(|&x| x as f64).collect();
         let err = relative_error(&got, &want64);

@@ -1,0 +1,214 @@
+//! Where the decode kernels' functions come from: one module holding all of
+//! decode.cu (the embedded fatbin), or, on the NVRTC path, one module per
+//! part of it, compiled when a function of that part is first asked for.
+//!
+//! Why parts: NVRTC takes minutes over the whole of decode.cu (259 entry
+//! points; over 90 s on an H100 machine, s44), and an engine uses the
+//! kernels of one element type and one head dim. decode.cu compiles one
+//! part when given `-DDA_PART_TYPE` and `-DDA_PART_HEAD_DIM` (its
+//! "Parts" comment); a part is about a twentieth of the file.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{CudaContext, CudaModule};
+use decode_attn_core::{DType, Error, Result};
+
+use crate::nvrtc;
+
+const BACKEND: &str = "cuda";
+
+/// decode.cu's entry points for one element type and one head dim; head
+/// dim 0 is the type's `merge_attn_states_<T>`, which has none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct KernelPart {
+    /// Index into [`ELEMENT_NAMES`]; `DA_PART_TYPE` is this plus one.
+    element: usize,
+    head_dim: u32,
+}
+
+/// The element-type suffixes of decode.cu's entry points, in the order of
+/// its `DA_TYPE_*` numbers (1, 2, 3).
+const ELEMENT_NAMES: [&str; 3] = ["f32", "f16", "bf16"];
+
+impl KernelPart {
+    /// The part holding the kernels of `dtype` at `head_dim`.
+    pub(crate) fn of_problem(dtype: DType, head_dim: usize) -> KernelPart {
+        let suffix = crate::dtype_suffix(dtype);
+        let element = ELEMENT_NAMES.iter().position(|e| *e == suffix).unwrap_or(ELEMENT_NAMES.len() - 1);
+        KernelPart { element, head_dim: head_dim as u32 }
+    }
+
+    /// The part that defines `function`, from the name alone: entry points
+    /// are named `<kernel>_<T>_d<D>[_<variant>]` or `merge_attn_states_<T>`.
+    pub(crate) fn of_function(function: &str) -> Option<KernelPart> {
+        let element_of = |name: &str| ELEMENT_NAMES.iter().position(|e| *e == name);
+        if let Some(element) = function.strip_prefix("merge_attn_states_") {
+            return element_of(element).map(|element| KernelPart { element, head_dim: 0 });
+        }
+        let words: Vec<&str> = function.split('_').collect();
+        words.windows(2).find_map(|pair| {
+            let element = element_of(pair[0])?;
+            let digits = pair[1].strip_prefix('d').filter(|d| d.bytes().all(|b| b.is_ascii_digit()))?;
+            Some(KernelPart { element, head_dim: digits.parse().ok()? })
+        })
+    }
+
+    /// The compiler options that make decode.cu this part alone.
+    pub(crate) fn defines(&self) -> [String; 2] {
+        [format!("-DDA_PART_TYPE={}", self.element + 1), format!("-DDA_PART_HEAD_DIM={}", self.head_dim)]
+    }
+}
+
+impl std::fmt::Display for KernelPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} head_dim {}", ELEMENT_NAMES[self.element], self.head_dim)
+    }
+}
+
+/// decode.cu's modules; see the module docs.
+pub(crate) enum DecodeModules {
+    Whole(Arc<CudaModule>),
+    Parts(PartModules),
+}
+
+/// decode.cu compiled by NVRTC for `arch` a part at a time, each cached in
+/// `cache_dir`.
+pub(crate) struct PartModules {
+    ctx: Arc<CudaContext>,
+    arch: (i32, i32),
+    cache_dir: Option<PathBuf>,
+    loaded: Mutex<HashMap<KernelPart, Arc<CudaModule>>>,
+}
+
+impl DecodeModules {
+    pub(crate) fn parts(ctx: Arc<CudaContext>, arch: (i32, i32), cache_dir: Option<PathBuf>) -> DecodeModules {
+        DecodeModules::Parts(PartModules { ctx, arch, cache_dir, loaded: Mutex::new(HashMap::new()) })
+    }
+
+    /// The module that defines `function`, compiling and loading its part
+    /// first if it is not loaded yet.
+    pub(crate) fn module_for(&self, function: &str) -> Result<Arc<CudaModule>> {
+        match self {
+            DecodeModules::Whole(module) => Ok(module.clone()),
+            DecodeModules::Parts(parts) => {
+                let part = KernelPart::of_function(function).ok_or_else(|| Error::Device {
+                    backend: BACKEND,
+                    message: format!("kernel {function} belongs to no part of decode.cu"),
+                })?;
+                parts.load(part)
+            }
+        }
+    }
+
+    /// Compiles and loads the part of `dtype` at `head_dim` now, if that is
+    /// how these modules are built, so that the launches which need it (in
+    /// a graph capture, say) find it loaded.
+    pub(crate) fn prepare(&self, dtype: DType, head_dim: usize) -> Result<()> {
+        match self {
+            DecodeModules::Whole(_) => Ok(()),
+            DecodeModules::Parts(parts) => parts.load(KernelPart::of_problem(dtype, head_dim)).map(drop),
+        }
+    }
+}
+
+impl PartModules {
+    fn load(&self, part: KernelPart) -> Result<Arc<CudaModule>> {
+        // Held across the compile, so that two threads asking for one part
+        // compile it once.
+        let mut loaded = self.loaded.lock().map_err(|_| Error::Device {
+            backend: BACKEND,
+            message: "kernel module lock poisoned by an earlier panic".into(),
+        })?;
+        if let Some(module) = loaded.get(&part) {
+            return Ok(module.clone());
+        }
+        let source = nvrtc::Source { name: "decode.cu", text: crate::DECODE_SOURCE, headers: crate::KERNEL_HEADERS };
+        let cubin = nvrtc::compile_cubin(&source, &part.defines(), self.arch, self.cache_dir.as_deref()).map_err(
+            |e| match e {
+                Error::Device { backend, message } => {
+                    Error::Device { backend, message: format!("decode.cu's part {part}: {message}") }
+                }
+                other => other,
+            },
+        )?;
+        let module = self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(crate::driver_error)?;
+        loaded.insert(part, module.clone());
+        Ok(module)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use std::path::Path;
+    use std::process::Command;
+
+    #[test]
+    fn names_map_to_their_parts() {
+        let part = |name| KernelPart::of_function(name).map(|p| p.to_string());
+        assert_eq!(part("decode_mma_bf16_d128_anyblock").as_deref(), Some("bf16 head_dim 128"));
+        assert_eq!(part("decode_stream_reduce_wide_f16_d256").as_deref(), Some("f16 head_dim 256"));
+        assert_eq!(part("decode_stream_f32_d64_h8").as_deref(), Some("f32 head_dim 64"));
+        assert_eq!(part("merge_attn_states_bf16").as_deref(), Some("bf16 head_dim 0"));
+        for unknown in ["merge_attn_states_f64", "decode_mma_bf16", "decode_mma_bf16_dx", "decode_kvgrid_bf16_d"] {
+            assert_eq!(part(unknown), None, "{unknown}");
+        }
+        assert_eq!(KernelPart::of_problem(DType::Bf16, 128), KernelPart::of_function("decode_attn_bf16_d128").unwrap());
+        assert_eq!(KernelPart::of_problem(DType::F16, 80).defines(), ["-DDA_PART_TYPE=2", "-DDA_PART_HEAD_DIM=80"]);
+    }
+
+    /// decode.cu's entry points after the C preprocessor with `defines`.
+    fn entry_points(cxx: &str, defines: &[String]) -> BTreeSet<String> {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kernels/cuda/decode.cu");
+        let out = Command::new(cxx)
+            .args(["-E", "-P", "-x", "c++"])
+            .args(defines)
+            .arg(&file)
+            .output()
+            .unwrap_or_else(|e| panic!("{cxx}: {e}"));
+        assert!(out.status.success(), "{cxx} -E {defines:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        // `__global__ void __launch_bounds__(...) NAME(`
+        text.split("__global__")
+            .skip(1)
+            .map(|rest| {
+                let after_bounds = rest.split_once(')').map_or(rest, |(_, after)| after);
+                after_bounds.split('(').next().unwrap_or("").trim().to_string()
+            })
+            .collect()
+    }
+
+    /// Every entry point of the whole file lies in exactly the part that
+    /// `of_function` names for it, and the parts hold nothing else. Run
+    /// through the C preprocessor alone, so it needs no CUDA compiler.
+    #[test]
+    fn the_parts_divide_decode_cu_as_the_names_say() {
+        let candidates = std::env::var("CXX").ok().into_iter().chain(["c++", "g++", "clang++"].map(String::from));
+        let Some(cxx) = candidates.into_iter().find(|c| Command::new(c).arg("--version").output().is_ok()) else {
+            assert!(
+                std::env::var_os("DECODE_ATTN_REQUIRE_CXX").is_none(),
+                "no C++ compiler ($CXX, c++, g++, clang++) and DECODE_ATTN_REQUIRE_CXX is set"
+            );
+            eprintln!("skipped: no C++ compiler to preprocess decode.cu");
+            return;
+        };
+        let whole = entry_points(&cxx, &[]);
+        assert!(whole.len() > 200, "found only {} entry points: {whole:?}", whole.len());
+        let mut union = BTreeSet::new();
+        let head_dims = [0, 64, 80, 96, 112, 120, 128, 192, 256];
+        for element in 0..ELEMENT_NAMES.len() {
+            for head_dim in head_dims {
+                let part = KernelPart { element, head_dim };
+                let names = entry_points(&cxx, &part.defines());
+                for name in &names {
+                    assert_eq!(KernelPart::of_function(name), Some(part), "{name} is compiled in part {part}");
+                }
+                union.extend(names);
+            }
+        }
+        assert_eq!(union, whole, "the parts together are the whole file");
+    }
+}
