@@ -1107,7 +1107,26 @@ DA_DEVICE void kvgrid_reduce_body(const DecodeParams& p) {
     KVG_ENTRIES_MB(TNAME, TYPE, 192, MB)                                                            \
     KVG_ENTRIES_MB(TNAME, TYPE, 256, MB)
 
-#ifndef DA_KVGRID_ONLY  // a test can instantiate a subset
+#if defined(DA_PART_TYPE) && !defined(DA_KVGRID_ONLY)
+// One part of the file: one element type at one head dim, as decode.cu's
+// "Parts" (-DDA_PART_TYPE=1|2|3 for f32, f16, bf16, -DDA_PART_HEAD_DIM=D),
+// for NVRTC (crates/cuda/src/parts.rs), which compiles a part when it is
+// first needed. Each entry point as in the whole list below (a test
+// compares their preprocessed text), f32's launch bounds included. Head
+// dim 0 (the merge's part in decode.cu) is empty here.
+// One more level, so that DA_PART_HEAD_DIM is a number before it is pasted.
+#define KVG_PART_ENTRIES(TNAME, TYPE, D, MB) KVG_ENTRIES_MB(TNAME, TYPE, D, MB)
+#if DA_PART_HEAD_DIM == 0
+#elif DA_PART_TYPE == 1 && (DA_PART_HEAD_DIM == 112 || DA_PART_HEAD_DIM == 120 || DA_PART_HEAD_DIM == 256)
+KVG_PART_ENTRIES(f32, kvg_f32, DA_PART_HEAD_DIM, KVG_MB_F32_WIDE)
+#elif DA_PART_TYPE == 1
+KVG_PART_ENTRIES(f32, kvg_f32, DA_PART_HEAD_DIM, KVG_MB)
+#elif DA_PART_TYPE == 2
+KVG_PART_ENTRIES(f16, kvg_f16, DA_PART_HEAD_DIM, KVG_MB)
+#elif DA_PART_TYPE == 3
+KVG_PART_ENTRIES(bf16, kvg_bf16, DA_PART_HEAD_DIM, KVG_MB)
+#endif
+#elif !defined(DA_KVGRID_ONLY)  // a test can instantiate a subset
 KVG_ENTRIES_MB(f32, kvg_f32, 64, KVG_MB)
 KVG_ENTRIES_MB(f32, kvg_f32, 80, KVG_MB)
 KVG_ENTRIES_MB(f32, kvg_f32, 96, KVG_MB)

@@ -21,9 +21,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
-};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig};
 use decode_attn_core::{
     AttentionShape, DType, DTypes, DecodeArgs, DecodeAttention, DecodeProblem, DeviceBuffer, DeviceProps, Error,
     KvLayout, MergeArgs, Plan, Policy, Result, GPU_LONE_CTA_SHARE, GPU_STREAM_LONE_CTA_SHARE,
@@ -124,7 +122,7 @@ mod embedded {
     include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
 }
 
-pub(crate) const DECODE_SOURCE: &str = include_str!("../../../kernels/cuda/decode.cu");
+const DECODE_SOURCE: &str = include_str!("../../../kernels/cuda/decode.cu");
 /// The portable kv-head-grid kernel of the HIP backend, built here as CUDA
 /// (through NVRTC, at first use) so that its indexing and merging run the
 /// conformance suite on NVIDIA hardware.
@@ -135,7 +133,7 @@ const KVGRID_HEADERS: &[(&str, &str)] = &[
 ];
 /// Threads per workgroup of the kv-head-grid kernel (DECODE_KVGRID_THREADS).
 pub const KVGRID_THREADS: u32 = 256;
-pub(crate) const KERNEL_HEADERS: &[(&str, &str)] = &[
+const KERNEL_HEADERS: &[(&str, &str)] = &[
     ("decode_params.h", include_str!("../../../kernels/cuda/decode_params.h")),
     ("decode_stream.cuh", include_str!("../../../kernels/cuda/decode_stream.cuh")),
     ("decode_mma.cuh", include_str!("../../../kernels/cuda/decode_mma.cuh")),
@@ -520,8 +518,9 @@ pub struct CudaBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     modules: DecodeModules,
-    /// The kv-head-grid kernel's module, when that kernel is selected.
-    kvgrid_module: Option<Arc<CudaModule>>,
+    /// The kv-head-grid kernel's modules (NVRTC's parts), when that kernel
+    /// is selected.
+    kvgrid_modules: Option<DecodeModules>,
     functions: Mutex<HashMap<String, CudaFunction>>,
     /// The device, with the figures of the kernel the backend was opened
     /// with (for `Auto`, the tensor-core kernel's) at Llama's shapes; `plan`
@@ -568,12 +567,14 @@ impl CudaBackend {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(driver_error)?;
         let (modules, mut kernel_origin) = load_modules(&ctx, &options)?;
-        let kvgrid_module = if options.kernel == DecodeKernel::KvGrid {
+        let kvgrid_modules = if options.kernel == DecodeKernel::KvGrid {
             let arch = ctx.compute_capability().map_err(driver_error)?;
             let source = nvrtc::Source { name: "decode_kvgrid.hip", text: KVGRID_SOURCE, headers: KVGRID_HEADERS };
-            let cubin = nvrtc::compile_cubin(&source, &[], arch, options.cache_dir.as_deref())?;
-            kernel_origin.push_str(&format!("; kv-head-grid kernel: NVRTC, sm_{}{}", arch.0, arch.1));
-            Some(ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(driver_error)?)
+            kernel_origin.push_str(&format!(
+                "; kv-head-grid kernel: NVRTC, sm_{}{}, an element type and head dim at a time",
+                arch.0, arch.1
+            ));
+            Some(DecodeModules::parts(source, ctx.clone(), arch, options.cache_dir.clone()))
         } else {
             None
         };
@@ -611,7 +612,7 @@ impl CudaBackend {
             ctx,
             stream,
             modules,
-            kvgrid_module,
+            kvgrid_modules,
             functions: Mutex::new(HashMap::new()),
             kernel_origin,
             kernel: options.kernel,
@@ -977,8 +978,8 @@ impl CudaBackend {
         if let Some(f) = functions.get(name) {
             return Ok(f.clone());
         }
-        let module = match &self.kvgrid_module {
-            Some(kvgrid) if name.starts_with("decode_kvgrid_") => kvgrid.clone(),
+        let module = match &self.kvgrid_modules {
+            Some(kvgrid) if name.starts_with("decode_kvgrid_") => kvgrid.module_for(name)?,
             _ => self.modules.module_for(name)?,
         };
         let f = module.load_function(name).map_err(|e| Error::Device {
@@ -1085,7 +1086,8 @@ fn load_modules(ctx: &Arc<CudaContext>, options: &CudaOptions) -> Result<(Decode
         None => String::new(),
     };
     let origin = format!("NVRTC, sm_{}{}, an element type and head dim at a time at first use{why}", arch.0, arch.1);
-    Ok((DecodeModules::parts(ctx.clone(), arch, options.cache_dir.clone()), origin))
+    let source = nvrtc::Source { name: "decode.cu", text: DECODE_SOURCE, headers: KERNEL_HEADERS };
+    Ok((DecodeModules::parts(source, ctx.clone(), arch, options.cache_dir.clone()), origin))
 }
 
 /// Query heads per CTA of the stream kernel: the smallest instantiation
@@ -1246,7 +1248,11 @@ impl DecodeAttention for CudaBackend {
         let plan = decode_attn_core::plan(problem, policy, &self.props_for(problem)?)?;
         // On the NVRTC path, compile the problem's kernels now, not in the
         // first decode (which an engine may be capturing into a graph).
-        self.modules.prepare(problem.dtypes.kv, problem.shape.head_dim)?;
+        let modules = match &self.kvgrid_modules {
+            Some(kvgrid) if self.kernel == DecodeKernel::KvGrid => kvgrid,
+            _ => &self.modules,
+        };
+        modules.prepare(problem.dtypes.kv, problem.shape.head_dim)?;
         Ok(plan)
     }
 

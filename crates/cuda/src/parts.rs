@@ -1,12 +1,14 @@
 //! Where the decode kernels' functions come from: one module holding all of
 //! decode.cu (the embedded fatbin), or, on the NVRTC path, one module per
-//! part of it, compiled when a function of that part is first asked for.
+//! part of a kernel file, compiled when a function of that part is first
+//! asked for (decode.cu's, and the kv-head-grid kernel's, which CUDA always
+//! builds with NVRTC).
 //!
-//! Why parts: NVRTC takes minutes over the whole of decode.cu (259 entry
-//! points; over 90 s on an H100 machine, s44), and an engine uses the
-//! kernels of one element type and one head dim. decode.cu compiles one
-//! part when given `-DDA_PART_TYPE` and `-DDA_PART_HEAD_DIM` (its
-//! "Parts" comment); a part is about a twentieth of the file.
+//! Why parts: NVRTC took 150 s over the whole of decode.cu (259 entry
+//! points) on an H100 machine (s45), and an engine uses the kernels of one
+//! element type and one head dim. Both files compile one part when given
+//! `-DDA_PART_TYPE` and `-DDA_PART_HEAD_DIM` (decode.cu's "Parts"
+//! comment); a part of decode.cu is about a twentieth of it.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -67,15 +69,16 @@ impl std::fmt::Display for KernelPart {
     }
 }
 
-/// decode.cu's modules; see the module docs.
+/// A kernel file's modules; see the module docs.
 pub(crate) enum DecodeModules {
     Whole(Arc<CudaModule>),
     Parts(PartModules),
 }
 
-/// decode.cu compiled by NVRTC for `arch` a part at a time, each cached in
+/// `source` compiled by NVRTC for `arch` a part at a time, each cached in
 /// `cache_dir`.
 pub(crate) struct PartModules {
+    source: nvrtc::Source<'static>,
     ctx: Arc<CudaContext>,
     arch: (i32, i32),
     cache_dir: Option<PathBuf>,
@@ -83,8 +86,13 @@ pub(crate) struct PartModules {
 }
 
 impl DecodeModules {
-    pub(crate) fn parts(ctx: Arc<CudaContext>, arch: (i32, i32), cache_dir: Option<PathBuf>) -> DecodeModules {
-        DecodeModules::Parts(PartModules { ctx, arch, cache_dir, loaded: Mutex::new(HashMap::new()) })
+    pub(crate) fn parts(
+        source: nvrtc::Source<'static>,
+        ctx: Arc<CudaContext>,
+        arch: (i32, i32),
+        cache_dir: Option<PathBuf>,
+    ) -> DecodeModules {
+        DecodeModules::Parts(PartModules { source, ctx, arch, cache_dir, loaded: Mutex::new(HashMap::new()) })
     }
 
     /// The module that defines `function`, compiling and loading its part
@@ -95,7 +103,7 @@ impl DecodeModules {
             DecodeModules::Parts(parts) => {
                 let part = KernelPart::of_function(function).ok_or_else(|| Error::Device {
                     backend: BACKEND,
-                    message: format!("kernel {function} belongs to no part of decode.cu"),
+                    message: format!("kernel {function} belongs to no part of {}", parts.source.name),
                 })?;
                 parts.load(part)
             }
@@ -124,15 +132,16 @@ impl PartModules {
         if let Some(module) = loaded.get(&part) {
             return Ok(module.clone());
         }
-        let source = nvrtc::Source { name: "decode.cu", text: crate::DECODE_SOURCE, headers: crate::KERNEL_HEADERS };
-        let cubin = nvrtc::compile_cubin(&source, &part.defines(), self.arch, self.cache_dir.as_deref()).map_err(
-            |e| match e {
-                Error::Device { backend, message } => {
-                    Error::Device { backend, message: format!("decode.cu's part {part}: {message}") }
+        let name = self.source.name;
+        let cubin =
+            nvrtc::compile_cubin(&self.source, &part.defines(), self.arch, self.cache_dir.as_deref()).map_err(|e| {
+                match e {
+                    Error::Device { backend, message } => {
+                        Error::Device { backend, message: format!("{name}'s part {part}: {message}") }
+                    }
+                    other => other,
                 }
-                other => other,
-            },
-        )?;
+            })?;
         let module = self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(crate::driver_error)?;
         loaded.insert(part, module.clone());
         Ok(module)
@@ -142,7 +151,7 @@ impl PartModules {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeSet;
+    use std::collections::BTreeMap;
     use std::path::Path;
     use std::process::Command;
 
@@ -160,55 +169,66 @@ mod tests {
         assert_eq!(KernelPart::of_problem(DType::F16, 80).defines(), ["-DDA_PART_TYPE=2", "-DDA_PART_HEAD_DIM=80"]);
     }
 
-    /// decode.cu's entry points after the C preprocessor with `defines`.
-    fn entry_points(cxx: &str, defines: &[String]) -> BTreeSet<String> {
-        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kernels/cuda/decode.cu");
+    /// The entry points of kernel file `file` (from the workspace root) after
+    /// the C preprocessor with `defines`: each name, and its definition's
+    /// text up to the end of its body (launch bounds, parameters, the call).
+    fn entry_points(cxx: &str, file: &str, defines: &[String]) -> BTreeMap<String, String> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let out = Command::new(cxx)
-            .args(["-E", "-P", "-x", "c++"])
+            .args(["-E", "-P", "-x", "c++", "-I"])
+            .arg(root.join("kernels/hip"))
+            .arg("-I")
+            .arg(root.join("kernels/cuda"))
             .args(defines)
-            .arg(&file)
+            .arg(root.join(file))
             .output()
             .unwrap_or_else(|e| panic!("{cxx}: {e}"));
-        assert!(out.status.success(), "{cxx} -E {defines:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{cxx} -E {file} {defines:?}: {}", String::from_utf8_lossy(&out.stderr));
         let text = String::from_utf8_lossy(&out.stdout);
-        // `__global__ void __launch_bounds__(...) NAME(`
+        // `__global__ void __launch_bounds__(...) NAME(const DecodeParams p) { body(p); }`
         text.split("__global__")
             .skip(1)
             .map(|rest| {
-                let after_bounds = rest.split_once(')').map_or(rest, |(_, after)| after);
-                after_bounds.split('(').next().unwrap_or("").trim().to_string()
+                let definition = rest.split_once('}').map_or(rest, |(head, _)| head);
+                let after_bounds = definition.split_once(')').map_or(definition, |(_, after)| after);
+                let name = after_bounds.split('(').next().unwrap_or("").trim().to_string();
+                (name, definition.split_whitespace().collect::<Vec<_>>().join(" "))
             })
             .collect()
     }
 
-    /// Every entry point of the whole file lies in exactly the part that
-    /// `of_function` names for it, and the parts hold nothing else. Run
-    /// through the C preprocessor alone, so it needs no CUDA compiler.
+    /// Every entry point of each whole file lies in exactly the part that
+    /// `of_function` names for it, defined there as in the whole file, and
+    /// the parts hold nothing else. Run through the C preprocessor alone,
+    /// so it needs no CUDA compiler.
     #[test]
-    fn the_parts_divide_decode_cu_as_the_names_say() {
+    fn the_parts_divide_the_kernel_files_as_the_names_say() {
         let candidates = std::env::var("CXX").ok().into_iter().chain(["c++", "g++", "clang++"].map(String::from));
         let Some(cxx) = candidates.into_iter().find(|c| Command::new(c).arg("--version").output().is_ok()) else {
             assert!(
                 std::env::var_os("DECODE_ATTN_REQUIRE_CXX").is_none(),
                 "no C++ compiler ($CXX, c++, g++, clang++) and DECODE_ATTN_REQUIRE_CXX is set"
             );
-            eprintln!("skipped: no C++ compiler to preprocess decode.cu");
+            eprintln!("skipped: no C++ compiler to preprocess the kernel files");
             return;
         };
-        let whole = entry_points(&cxx, &[]);
-        assert!(whole.len() > 200, "found only {} entry points: {whole:?}", whole.len());
-        let mut union = BTreeSet::new();
-        let head_dims = [0, 64, 80, 96, 112, 120, 128, 192, 256];
-        for element in 0..ELEMENT_NAMES.len() {
-            for head_dim in head_dims {
-                let part = KernelPart { element, head_dim };
-                let names = entry_points(&cxx, &part.defines());
-                for name in &names {
-                    assert_eq!(KernelPart::of_function(name), Some(part), "{name} is compiled in part {part}");
+        for (file, at_least) in [("kernels/cuda/decode.cu", 250), ("kernels/hip/decode_kvgrid.hip", 48)] {
+            let whole = entry_points(&cxx, file, &[]);
+            assert!(whole.len() >= at_least, "{file}: found only {} entry points: {whole:?}", whole.len());
+            let mut union = BTreeMap::new();
+            let head_dims = [0, 64, 80, 96, 112, 120, 128, 192, 256];
+            for element in 0..ELEMENT_NAMES.len() {
+                for head_dim in head_dims {
+                    let part = KernelPart { element, head_dim };
+                    let found = entry_points(&cxx, file, &part.defines());
+                    for (name, definition) in &found {
+                        assert_eq!(KernelPart::of_function(name), Some(part), "{file}: {name} is in part {part}");
+                        assert_eq!(whole.get(name), Some(definition), "{file}: {name} as part {part} and whole");
+                    }
+                    union.extend(found);
                 }
-                union.extend(names);
             }
+            assert_eq!(union, whole, "{file}: the parts together are the whole file");
         }
-        assert_eq!(union, whole, "the parts together are the whole file");
     }
 }
