@@ -1,18 +1,17 @@
 #!/bin/bash
-# s45 call 3: on an H200 the issue's table first (s36's table-h200.sh, in
-# .gpu). Then, on any GPU, the kv-head-grid kernel (always NVRTC on CUDA)
-# compiled a part at a time: its conformance sweep with a fresh cache, and
-# the gpu tests. Stage main (gpu-stage --peers --bin decode-attn after `cargo
-# xtask kernels`), copy the build before the change to .gpu/old/decode-attn,
-# this file and ../s36/table-h200.sh to .gpu, carry .gpu, run `bash
-# .gpu/call3.sh`. Results: $OUT/c3.tgz (and $OUT/t.tgz on an H200).
+# s45 call 3, on any GPU: the kv-head-grid kernel (always NVRTC on CUDA)
+# compiled a part at a time: its conformance sweep with a fresh cache, the
+# small bench's first use against the build before, and the gpu tests.
+# Stage main (gpu-stage --peers --bin decode-attn after `cargo xtask
+# kernels`), copy the build before the change to .gpu/old/decode-attn and
+# this file to .gpu, carry .gpu, run `bash .gpu/call3.sh`. Results:
+# $OUT/c3.tgz.
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; R=$OUT/c3; mkdir -p $R
 t0=$(date +%s)
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then bash .gpu/table-h200.sh | tail -3; fi
 nvidia-smi --query-gpu=name,driver_version --format=csv > $R/gpu.txt; cat $R/gpu.txt
 step() { echo "$1 rc=$2 t=$(( $(date +%s) - t0 ))" | tee -a $R/progress.txt; tar czf $OUT/c3.tgz -C $OUT c3; }
-cap() { local left=$(( 575 - $(date +%s) + t0 )); echo $(( left < $1 ? (left > 1 ? left : 1) : $1 )); }
+cap() { local left=$(( 290 - $(date +%s) + t0 )); echo $(( left < $1 ? (left > 1 ? left : 1) : $1 )); }
 secs() { local l=$1; shift; local a=$(date +%s%N); "$@"; local rc=$?
   echo "$l $(( ($(date +%s%N) - a) / 1000000 )) ms rc=$rc" >> $R/times.txt; return $rc; }
 export DECODE_ATTN_CUDA_KERNEL=kvgrid
