@@ -231,4 +231,37 @@ mod tests {
             assert_eq!(union, whole, "{file}: the parts together are the whole file");
         }
     }
+
+    /// Every part of both kernel files compiles through NVRTC for sm_90 and
+    /// sm_80. NVRTC needs no GPU, but a library (`LD_LIBRARY_PATH` with
+    /// libnvrtc.so.13 or .12) and minutes of CPU, so this runs on request:
+    /// `cargo test -p decode-attn-cuda --lib -- --ignored every_part`.
+    #[test]
+    #[ignore]
+    fn every_part_compiles_with_nvrtc() {
+        let files = [
+            nvrtc::Source { name: "decode.cu", text: crate::DECODE_SOURCE, headers: crate::KERNEL_HEADERS },
+            nvrtc::Source { name: "decode_kvgrid.hip", text: crate::KVGRID_SOURCE, headers: crate::KVGRID_HEADERS },
+        ];
+        for arch in [(9, 0), (8, 0)] {
+            for source in &files {
+                for element in 0..ELEMENT_NAMES.len() {
+                    for head_dim in [0, 64, 80, 96, 112, 120, 128, 192, 256] {
+                        let part = KernelPart { element, head_dim };
+                        let started = std::time::Instant::now();
+                        let cubin = nvrtc::compile_cubin(source, &part.defines(), arch, None)
+                            .unwrap_or_else(|e| panic!("{} part {part} for {arch:?}: {e}", source.name));
+                        eprintln!(
+                            "{} sm_{}{} {part}: {} bytes in {:.1} s",
+                            source.name,
+                            arch.0,
+                            arch.1,
+                            cubin.len(),
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
