@@ -11,7 +11,7 @@ OUT=${OUT:-/tmp/out}; R=$OUT/c3; mkdir -p $R
 t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version --format=csv > $R/gpu.txt; cat $R/gpu.txt
 step() { echo "$1 rc=$2 t=$(( $(date +%s) - t0 ))" | tee -a $R/progress.txt; tar czf $OUT/c3.tgz -C $OUT c3; }
-cap() { local left=$(( 290 - $(date +%s) + t0 )); echo $(( left < $1 ? (left > 1 ? left : 1) : $1 )); }
+cap() { local left=$(( 220 - $(date +%s) + t0 )); echo $(( left < $1 ? (left > 1 ? left : 1) : $1 )); }
 secs() { local l=$1; shift; local a=$(date +%s%N); "$@"; local rc=$?
   echo "$l $(( ($(date +%s%N) - a) / 1000000 )) ms rc=$rc" >> $R/times.txt; return $rc; }
 export DECODE_ATTN_CUDA_KERNEL=kvgrid
