@@ -4,8 +4,8 @@
 //! asked for (decode.cu's, and the kv-head-grid kernel's, which CUDA always
 //! builds with NVRTC).
 //!
-//! Why parts: NVRTC took 150 s over the whole of decode.cu (259 entry
-//! points) on an H100 machine (s45), and an engine uses the kernels of one
+//! Why parts: NVRTC's compile of the whole of decode.cu (259 entry points)
+//! held a first decode back by 150 s on an H100 machine (s45), and an engine uses the kernels of one
 //! element type and one head dim. Both files compile one part when given
 //! `-DDA_PART_TYPE` and `-DDA_PART_HEAD_DIM` (decode.cu's "Parts"
 //! comment); a part of decode.cu is about a twentieth of it.
@@ -21,8 +21,8 @@ use crate::nvrtc;
 
 const BACKEND: &str = "cuda";
 
-/// decode.cu's entry points for one element type and one head dim; head
-/// dim 0 is the type's `merge_attn_states_<T>`, which has none.
+/// A kernel file's entry points for one element type and one head dim;
+/// head dim 0 is decode.cu's `merge_attn_states_<T>`, which has none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct KernelPart {
     /// Index into [`ELEMENT_NAMES`]; `DA_PART_TYPE` is this plus one.
@@ -30,8 +30,8 @@ pub(crate) struct KernelPart {
     head_dim: u32,
 }
 
-/// The element-type suffixes of decode.cu's entry points, in the order of
-/// its `DA_TYPE_*` numbers (1, 2, 3).
+/// The element-type suffixes of the entry points, in the order of
+/// decode.cu's `DA_TYPE_*` numbers (1, 2, 3).
 const ELEMENT_NAMES: [&str; 3] = ["f32", "f16", "bf16"];
 
 impl KernelPart {
@@ -57,7 +57,7 @@ impl KernelPart {
         })
     }
 
-    /// The compiler options that make decode.cu this part alone.
+    /// The compiler options that make a kernel file this part alone.
     pub(crate) fn defines(&self) -> [String; 2] {
         [format!("-DDA_PART_TYPE={}", self.element + 1), format!("-DDA_PART_HEAD_DIM={}", self.head_dim)]
     }
