@@ -1069,7 +1069,7 @@ DA_DEVICE void merge_attn_states_body(const MergeParams& p) {
 
 // Parts. Built whole (nvcc, the tests, the probes) the file defines every
 // entry point. The NVRTC path compiles it one part at a time, on first use of
-// that part (crates/cuda/src/nvrtc.rs, `KernelPart`): the whole file takes
+// that part (crates/cuda/src/parts.rs, `KernelPart`): the whole file takes
 // NVRTC minutes, one part seconds, and an engine uses one or two. A part is
 // one element type and one head dim, chosen by -DDA_PART_TYPE=1|2|3 (f32, f16,
 // bf16) and -DDA_PART_HEAD_DIM=D; head dim 0 is the type's

@@ -566,9 +566,9 @@ impl CudaBackend {
         // keeps graph capture free of stray event records.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(driver_error)?;
-        let (modules, mut kernel_origin) = load_modules(&ctx, &options)?;
+        let arch = ctx.compute_capability().map_err(driver_error)?;
+        let (modules, mut kernel_origin) = load_modules(&ctx, arch, &options)?;
         let kvgrid_modules = if options.kernel == DecodeKernel::KvGrid {
-            let arch = ctx.compute_capability().map_err(driver_error)?;
             let source = nvrtc::Source { name: "decode_kvgrid.hip", text: KVGRID_SOURCE, headers: KVGRID_HEADERS };
             kernel_origin.push_str(&format!(
                 "; kv-head-grid kernel: NVRTC, sm_{}{}, an element type and head dim at a time",
@@ -1059,7 +1059,7 @@ impl DecodeGraph {
 /// decode.cu's kernels: the embedded fatbin where it loads (unless NVRTC is
 /// asked for), else NVRTC's, a part at a time (`parts`); and a line saying
 /// which.
-fn load_modules(ctx: &Arc<CudaContext>, options: &CudaOptions) -> Result<(DecodeModules, String)> {
+fn load_modules(ctx: &Arc<CudaContext>, arch: (i32, i32), options: &CudaOptions) -> Result<(DecodeModules, String)> {
     let mut refused = None;
     if options.kernels != KernelSource::Nvrtc {
         match embedded::FATBIN {
@@ -1080,7 +1080,6 @@ fn load_modules(ctx: &Arc<CudaContext>, options: &CudaOptions) -> Result<(Decode
             None => {}
         }
     }
-    let arch = ctx.compute_capability().map_err(driver_error)?;
     let why = match refused {
         Some(err) => format!(" (the embedded fatbin was refused: {err})"),
         None => String::new(),
