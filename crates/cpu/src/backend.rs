@@ -318,8 +318,8 @@ impl DecodeAttention for CpuBackend {
 
         // An unsplit plan of fewer sequences than threads leaves threads idle:
         // the CPU cuts those sequences itself, into private splits of whole
-        // slots (the same output within f32 rounding), merged from a
-        // workspace of its own. Splits of at least 16 tiles (256 tokens):
+        // slots (the same output within f32 rounding), merged from their
+        // states in memory. Splits of at least 16 tiles (256 tokens):
         // a 1024-token sequence keeps 2 threads busy (at 64 tiles it ran
         // on one, 41% slower on the 2-core development machine).
         const PRIVATE_SPLIT_TILES: u32 = 16;
@@ -329,18 +329,12 @@ impl DecodeAttention for CpuBackend {
         let batch_rule = plan.rule.for_batch(&seq_lens);
         let (private, rule, num_splits) = match (split, parallel && num_seqs < threads) {
             // As many splits as the longest sequence fills at 16 tiles each,
-            // and no private splits where that is one: fewer partial rows
-            // to allocate (a workspace past glibc's mmap threshold is mapped
-            // and faulted in again on every call) and no merge for nothing.
+            // and no private splits where that is one: no merge for nothing.
             (false, true) if longest > split_tokens => {
                 let splits = (4 * threads).min(64).min(longest.div_ceil(split_tokens));
-                let rule = SplitRule::new(splits as u32, PRIVATE_SPLIT_TILES);
-                match alloc_zeroed(num_seqs * shape.num_q_heads * splits * (shape.head_dim + 2) * 4) {
-                    Ok(ws) => (Some(ws), rule, splits),
-                    Err(_) => (None, batch_rule, num_splits),
-                }
+                (true, SplitRule::new(splits as u32, PRIVATE_SPLIT_TILES), splits)
             }
-            _ => (None, batch_rule, num_splits),
+            _ => (false, batch_rule, num_splits),
         };
 
         // Nothing has been written so far; from here on nothing fails.
@@ -379,10 +373,10 @@ impl DecodeAttention for CpuBackend {
                 &mut own_lse[..]
             }
         };
-        let run = || match private {
-            Some(mut ws) => exec.run_split(out, lse, &mut ws, num_splits),
-            None if split => exec.run_split(out, lse, workspace, num_splits),
-            None => exec.run_unsplit(out, lse),
+        let mut run = || match (private, split) {
+            (true, _) => exec.run_split(out, lse, None, num_splits),
+            (false, true) => exec.run_split(out, lse, Some(workspace), num_splits),
+            (false, false) => exec.run_unsplit(out, lse),
         };
         if parallel {
             self.pool.install(run);
@@ -506,8 +500,9 @@ struct Exec<'a> {
 }
 
 /// One work item of the split path: its index, and its output rows, their
-/// LSEs, partial accumulators and partial `(m, l)` pairs.
-type SplitItem<'w> = (usize, (((&'w mut [u8], &'w mut [u8]), &'w mut [u8]), &'w mut [u8]));
+/// LSEs, and where the caller's workspace is written, its partial
+/// accumulators and partial `(m, l)` pairs.
+type SplitItem<'w> = (usize, ((&'w mut [u8], &'w mut [u8]), Option<(&'w mut [u8], &'w mut [u8])>));
 
 /// A row's LSE in the natural log from its `(m, l)`: max in log2 units and
 /// sum of `exp2(s - m)`; `-inf` for a row of no tokens (`l` = 0).
@@ -623,15 +618,28 @@ impl Exec<'_> {
         }
     }
 
-    /// Work items `(sequence, KV head, split)`; partial states go to the
-    /// workspace in the layout of `decode_params.h`, then each `(sequence, KV
-    /// head)` group's heads are reduced from there over their active splits.
-    fn run_split(&self, out: &mut [u8], lse: &mut [u8], workspace: &mut [u8], num_splits: usize) {
+    /// Work items `(sequence, KV head, split)`; each `(sequence, KV head)`
+    /// group's heads are reduced over their active splits from the partial
+    /// states in memory. Given the caller's workspace, the partial states are
+    /// written there too, in the layout of `decode_params.h` (what a GPU
+    /// backend's reducer reads, and what tests read back); the CPU's private
+    /// splits have none to write.
+    fn run_split(&self, out: &mut [u8], lse: &mut [u8], workspace: Option<&mut [u8]>, num_splits: usize) {
         let (g, d) = (self.item_heads(), self.head_dim);
-        let rows = self.seq_lens.len() * self.num_q_heads * num_splits;
-        let (acc_ws, rest) = workspace.split_at_mut(rows * d * 4);
-        let ml_ws = &mut rest[..rows * 2 * 4];
-        let item = |(item, (((out, lse), acc_ws), ml_ws)): SplitItem<'_>| {
+        let (out_bytes, acc_bytes, ml_bytes) =
+            (self.group_bytes(self.out_elt), g * num_splits * d * 4, g * num_splits * 2 * 4);
+        let num_items = out.len() / out_bytes;
+        // One item's rows of the workspace, or none.
+        let partial_rows: Vec<Option<(&mut [u8], &mut [u8])>> = match workspace {
+            Some(workspace) => {
+                let rows = self.seq_lens.len() * self.num_q_heads * num_splits;
+                let (acc_ws, rest) = workspace.split_at_mut(rows * d * 4);
+                let ml_ws = &mut rest[..rows * 2 * 4];
+                acc_ws.chunks_mut(acc_bytes).zip(ml_ws.chunks_mut(ml_bytes)).map(Some).collect()
+            }
+            None => (0..num_items).map(|_| None).collect(),
+        };
+        let item = |(item, ((out, lse), partial_rows)): SplitItem<'_>| {
             let items = self.num_kv_heads / self.kv_heads_per_item;
             let (seq, kv_head) = (item / items, item % items * self.kv_heads_per_item);
             let split = self.rule.split(self.seq_lens[seq]);
@@ -654,55 +662,42 @@ impl Exec<'_> {
                 let mut b = buffers();
                 (0..active).map(|j| split_state(&mut b, j)).collect()
             };
-            for (j, state) in states.iter().enumerate() {
-                for h in 0..g {
-                    let row = h * num_splits + j;
-                    put_f32s(&mut acc_ws[row * d * 4..(row + 1) * d * 4], &state.acc[h * d..(h + 1) * d]);
-                    put_f32s(&mut ml_ws[row * 8..(row + 1) * 8], &[state.m[h], state.l[h]]);
+            if let Some((acc_ws, ml_ws)) = partial_rows {
+                for (j, state) in states.iter().enumerate() {
+                    for h in 0..g {
+                        let row = h * num_splits + j;
+                        put_f32s(&mut acc_ws[row * d * 4..(row + 1) * d * 4], &state.acc[h * d..(h + 1) * d]);
+                        put_f32s(&mut ml_ws[row * 8..(row + 1) * 8], &[state.m[h], state.l[h]]);
+                    }
                 }
             }
-            drop(states);
-            self.reduce(out, lse, acc_ws, ml_ws, num_splits, active);
+            self.reduce(out, lse, &states);
         };
-        let (out_bytes, acc_bytes, ml_bytes) =
-            (self.group_bytes(self.out_elt), g * num_splits * d * 4, g * num_splits * 2 * 4);
         if self.parallel {
             out.par_chunks_mut(out_bytes)
                 .zip(lse.par_chunks_mut(g * 4))
-                .zip(acc_ws.par_chunks_mut(acc_bytes))
-                .zip(ml_ws.par_chunks_mut(ml_bytes))
+                .zip(partial_rows.into_par_iter())
                 .enumerate()
                 .for_each(item);
         } else {
-            out.chunks_mut(out_bytes)
-                .zip(lse.chunks_mut(g * 4))
-                .zip(acc_ws.chunks_mut(acc_bytes))
-                .zip(ml_ws.chunks_mut(ml_bytes))
-                .enumerate()
-                .for_each(item);
+            out.chunks_mut(out_bytes).zip(lse.chunks_mut(g * 4)).zip(partial_rows).enumerate().for_each(item);
         }
     }
 
-    /// Merges the `active` partial states of each head of one group, read back
-    /// from the workspace, with one division per head; writes each head's LSE.
-    fn reduce(&self, out: &mut [u8], lse: &mut [u8], acc_ws: &[u8], ml_ws: &[u8], num_splits: usize, active: usize) {
+    /// Merges the partial states of the splits of one group, each head with
+    /// one division; writes each head's LSE.
+    fn reduce(&self, out: &mut [u8], lse: &mut [u8], states: &[State]) {
         let d = self.head_dim;
-        let mut ml = vec![0.0f32; 2 * active];
-        let mut partial = vec![0.0f32; d];
         let mut sum = vec![0.0f32; d];
         let out_row = d * self.out_elt.size();
         for (h, (out, lse)) in out.chunks_exact_mut(out_row).zip(lse.chunks_exact_mut(4)).enumerate() {
-            let first = h * num_splits;
-            Elt::F32.decode(&ml_ws[first * 8..(first + active) * 8], &mut ml);
-            let m_max = ml.chunks_exact(2).fold(f32::NEG_INFINITY, |m, s| m.max(s[0]));
+            let m_max = states.iter().fold(f32::NEG_INFINITY, |m, s| m.max(s.m[h]));
             let mut total = 0.0f32;
             sum.fill(0.0);
-            for (j, s) in ml.chunks_exact(2).enumerate() {
-                let weight = (s[0] - m_max).exp2();
-                total += weight * s[1];
-                let row = first + j;
-                Elt::F32.decode(&acc_ws[row * d * 4..(row + 1) * d * 4], &mut partial);
-                for (o, &p) in sum.iter_mut().zip(&partial) {
+            for state in states {
+                let weight = (state.m[h] - m_max).exp2();
+                total += weight * state.l[h];
+                for (o, &p) in sum.iter_mut().zip(&state.acc[h * d..(h + 1) * d]) {
                     *o += weight * p;
                 }
             }

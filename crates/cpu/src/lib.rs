@@ -12,11 +12,12 @@
 //!   (one item takes several consecutive KV heads, whose rows are one
 //!   contiguous run of each slot, as many as keep the threads busy; an
 //!   unsplit plan of fewer sequences than threads is cut into private splits
-//!   of the backend's own, the same output within f32 rounding); a
-//!   split plan writes partial states into the workspace
+//!   of the backend's own, the same output within f32 rounding); the splits'
+//!   partial states are reduced in memory, and a split plan also writes them
+//!   into the caller's workspace as a GPU's reducer would read them
 //!   (`partial_acc [num_seqs, num_q_heads, num_splits, head_dim]`, then
 //!   `partial_ml [num_seqs, num_q_heads, num_splits, 2]`, max in log2 units,
-//!   as in `kernels/cuda/decode_params.h`) and reduces them.
+//!   as in `kernels/cuda/decode_params.h`); private splits need none.
 //!
 //! The hot loop is picked once, at run time: for bf16 KV on a CPU with
 //! AMX-BF16 tiles (and Linux's permission to use them), tile multiply-adds
