@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use decode_attn_core::shape::SUPPORTED_HEAD_DIMS;
 use decode_attn_core::synth::{relative_error, HostBatch, SplitMix64};
-use decode_attn_core::{dtype, AttentionShape, DType, DTypes, DecodeAttention, Error, KvLayout, MergeArgs, Policy};
+use decode_attn_core::{dtype, AttentionShape, DType, DTypes, DecodeAttention, Error, KvLayout, MergeArgs};
 use decode_attn_cpu::reference::decode_reference;
 use decode_attn_cpu::{CpuBackend, CpuBuffer};
 use proptest::prelude::*;
@@ -171,29 +171,6 @@ fn merge_with_empty_states() {
         .unwrap_err();
     assert_eq!(err, Error::BufferSize { name: "out", expected: 16, actual: 12 });
     assert_eq!(out.0, vec![POISON; 12]);
-}
-
-fn any_dtype() -> impl Strategy<Value = DType> {
-    prop_oneof![Just(DType::F32), Just(DType::F16), Just(DType::Bf16)]
-}
-
-fn any_policy() -> impl Strategy<Value = Policy> {
-    prop_oneof![
-        Just(Policy::Auto),
-        Just(Policy::Vllm { batch_invariant: false }),
-        (1u32..=16).prop_map(|max_kv_splits| Policy::Sglang { max_kv_splits }),
-        (1u32..=40).prop_map(|splits| Policy::Fixed { splits }),
-        (1u32..=8).prop_map(|n| Policy::Deterministic { tile_tokens: 16 * n }),
-    ]
-}
-
-fn any_layout() -> impl Strategy<Value = KvLayout> {
-    prop_oneof![
-        (1usize..=4).prop_map(|k| KvLayout::block_table(16 * k)),
-        (1usize..=2, 1usize..=3)
-            .prop_map(|(k, r)| KvLayout::BlockTable { kernel_block_size: 16 * k, allocator_block_size: 16 * k * r }),
-        (1usize..=8).prop_map(KvLayout::token_indices),
-    ]
 }
 
 proptest! {

@@ -9,6 +9,7 @@ use decode_attn_core::{
     Policy, Result,
 };
 use decode_attn_cpu::{CpuBackend, CpuBuffer};
+use proptest::prelude::*;
 
 /// The four layouts every correctness test covers.
 pub const LAYOUTS: [KvLayout; 4] = [
@@ -168,4 +169,29 @@ pub fn attend_range(
         }
     }
     (out, max, max + sum.ln())
+}
+
+// Strategies of the property tests.
+
+pub fn any_dtype() -> impl Strategy<Value = DType> {
+    prop_oneof![Just(DType::F32), Just(DType::F16), Just(DType::Bf16)]
+}
+
+pub fn any_policy() -> impl Strategy<Value = Policy> {
+    prop_oneof![
+        Just(Policy::Auto),
+        Just(Policy::Vllm { batch_invariant: false }),
+        (1u32..=16).prop_map(|max_kv_splits| Policy::Sglang { max_kv_splits }),
+        (1u32..=40).prop_map(|splits| Policy::Fixed { splits }),
+        (1u32..=8).prop_map(|n| Policy::Deterministic { tile_tokens: 16 * n }),
+    ]
+}
+
+pub fn any_layout() -> impl Strategy<Value = KvLayout> {
+    prop_oneof![
+        (1usize..=4).prop_map(|k| KvLayout::block_table(16 * k)),
+        (1usize..=2, 1usize..=3)
+            .prop_map(|(k, r)| KvLayout::BlockTable { kernel_block_size: 16 * k, allocator_block_size: 16 * k * r }),
+        (1usize..=8).prop_map(KvLayout::token_indices),
+    ]
 }
