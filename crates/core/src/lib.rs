@@ -7,7 +7,9 @@
 //!   [`Plan`] (grid, split counts, scratch sizes, and the reason).
 //! * [`backend`]: the [`DecodeAttention`] trait every backend implements.
 //! * [`merge`]: the two-way attention-state merge, on the host.
-//! * [`kernel_cache`]: the disk cache of kernels compiled at run time.
+//! * [`kernel_cache`]: the disk cache of kernels compiled at run time, and
+//!   [`kernel_part`]: the part of a kernel file a run-time compiler builds
+//!   at a time.
 //! * [`env`]: options read from the environment by the backends' `from_env`.
 //! * [`abi`]: the GPU kernels' launch parameters (decode_params.h), filled
 //!   from a plan once for every GPU backend.
@@ -22,6 +24,7 @@ pub mod dtype;
 pub mod env;
 pub mod error;
 pub mod kernel_cache;
+pub mod kernel_part;
 pub mod layout;
 pub mod merge;
 pub mod plan;

@@ -99,12 +99,21 @@ impl Hiprtc {
         }
     }
 
-    /// Compiles `source` into a code object for `arch` (a `gcnArchName` such
-    /// as `gfx942:sramecc+:xnack-`), or returns the cached object of an
-    /// identical earlier compile (same source, headers, options, architecture
-    /// and hiprtc version) from `cache_dir`.
-    pub fn compile(&self, source: &Source<'_>, arch: &str, cache_dir: Option<&Path>) -> Result<Vec<u8>> {
-        let options = compile_options(arch);
+    /// Compiles `source` with `defines` (`-DNAME=VALUE` options, such as a
+    /// [`KernelPart`](decode_attn_core::kernel_part::KernelPart)'s) into a
+    /// code object for `arch` (a `gcnArchName` such as
+    /// `gfx942:sramecc+:xnack-`), or returns the cached object of an identical
+    /// earlier compile (same source, headers, options, architecture and hiprtc
+    /// version) from `cache_dir`.
+    pub fn compile(
+        &self,
+        source: &Source<'_>,
+        defines: &[String],
+        arch: &str,
+        cache_dir: Option<&Path>,
+    ) -> Result<Vec<u8>> {
+        let mut options = compile_options(arch);
+        options.extend(defines.iter().cloned());
         let key = cache_key("hiprtc", source, &options, self.version());
         let cached = cache_dir.map(|dir| dir.join(format!("hip-{key}.hsaco")));
         let is_elf = |bytes: &[u8]| bytes.starts_with(b"\x7fELF");
@@ -196,6 +205,17 @@ mod tests {
         assert_ne!(cache_key("hiprtc", &a, &gfx942, (6, 2)), cache_key("hiprtc", &a, &gfx90a, (6, 2)));
         assert_ne!(cache_key("hiprtc", &a, &gfx942, (6, 2)), cache_key("hiprtc", &a, &gfx942, (6, 3)));
         assert_eq!(cache_key("hiprtc", &a, &gfx942, (6, 2)), cache_key("hiprtc", &a, &gfx942, (6, 2)));
+        // A part of a file is another compile than the whole, or another part.
+        let part = |defines: &[&str]| {
+            let mut options = gfx942.clone();
+            options.extend(defines.iter().map(|d| d.to_string()));
+            cache_key("hiprtc", &a, &options, (6, 2))
+        };
+        assert_ne!(part(&["-DDA_PART_TYPE=3", "-DDA_PART_HEAD_DIM=128"]), part(&[]));
+        assert_ne!(
+            part(&["-DDA_PART_TYPE=3", "-DDA_PART_HEAD_DIM=128"]),
+            part(&["-DDA_PART_TYPE=3", "-DDA_PART_HEAD_DIM=64"])
+        );
     }
 
     #[test]
@@ -220,7 +240,7 @@ mod tests {
             text: "#include \"probe.h\"\nextern \"C\" __global__ void probe(float* x) { x[threadIdx.x] = PROBE; }\n",
             headers: &[("probe.h", "#define PROBE 1.0f\n")],
         };
-        match hiprtc.compile(&source, "gfx90a", None) {
+        match hiprtc.compile(&source, &[], "gfx90a", None) {
             Ok(code) => {
                 assert!(code.starts_with(b"\x7fELF"), "not ELF");
                 eprintln!(

@@ -12,8 +12,13 @@
 //!   at first use for the device's exact `gcnArchName` and cached on disk.
 //!   (clang-19 writes code object v5, which ROCm 5.x runtimes before v5
 //!   support refuse: `Auto` then falls back to hiprtc, which emits what the
-//!   runtime loads.) The decode module loads when the backend opens, the
-//!   merge module at the first merge.
+//!   runtime loads.) hiprtc builds the decode file a part at a time (one
+//!   element type at one head dim,
+//!   [`KernelPart`](decode_attn_core::kernel_part::KernelPart)), when a
+//!   problem of that part is first planned or run; the merge file whole.
+//!   The decode module (or hiprtc's first part, bf16 at head dim 128, whose
+//!   occupancy the planner's figures take) loads when the backend opens,
+//!   the merge module at the first merge.
 //!
 //! Layering follows cudarc: [`sys`] holds the raw C signatures, [`runtime`]
 //! and [`hiprtc`] the checked calls (every failure an [`Error`] naming the
@@ -36,6 +41,7 @@ use decode_attn_core::{
 };
 
 use decode_attn_core::abi::{DecodeParams, MergeParams};
+use decode_attn_core::kernel_part::KernelPart;
 use device::{Context, DeviceMemory, Event, Function, Module, Stream};
 pub use hiprtc::{default_cache_dir, Hiprtc, HIPRTC_CANDIDATES};
 pub use runtime::{DeviceInfo, Runtime, RUNTIME_CANDIDATES};
@@ -119,9 +125,9 @@ pub struct HipBackend {
     // then the stream, then (when the last buffer is gone) the runtime.
     // Lock order: `functions`, then `modules`.
     functions: Mutex<HashMap<String, Function>>,
-    /// One module per kernel file loaded so far (never removed, so the
+    /// The modules of each kernel file loaded so far (never removed, so the
     /// handles in `functions` stay valid).
-    modules: Mutex<Vec<LoadedModule>>,
+    modules: Mutex<Vec<FileModules>>,
     stream: Stream,
     ctx: Arc<Context>,
     info: DeviceInfo,
@@ -130,11 +136,51 @@ pub struct HipBackend {
     kernel_origin: String,
 }
 
-/// The module of one kernel file (kernels::KernelFile) and where it came from.
-struct LoadedModule {
+/// The modules of one kernel file (kernels::KernelFile) and where they came from.
+struct FileModules {
     stem: &'static str,
-    module: Module,
     origin: String,
+    modules: Modules,
+}
+
+enum Modules {
+    /// The whole file in one module: its embedded code object, or hiprtc's
+    /// compile of a file that is not built in parts (the merge).
+    Whole(Module),
+    /// hiprtc's compiles of the decode file, a part at a time, each when a
+    /// function of it is first asked for.
+    Parts { hiprtc: Hiprtc, source: &'static kernels::KernelFile, arch: String, loaded: Vec<(KernelPart, Module)> },
+}
+
+impl FileModules {
+    /// The module that defines kernel `name`, compiling and loading its part
+    /// first where the file is built in parts.
+    fn module_for(&mut self, name: &str, ctx: &Arc<Context>, cache_dir: Option<&std::path::Path>) -> Result<&Module> {
+        match &mut self.modules {
+            Modules::Whole(module) => Ok(module),
+            Modules::Parts { hiprtc, source, arch, loaded } => {
+                let part = KernelPart::of_function(name).ok_or_else(|| Error::Device {
+                    backend: BACKEND,
+                    message: format!("kernel {name} belongs to no part of {}", source.name),
+                })?;
+                let index = match loaded.iter().position(|(p, _)| *p == part) {
+                    Some(index) => index,
+                    None => {
+                        let text = hiprtc::Source { name: source.name, text: source.text, headers: source.headers };
+                        let code = hiprtc.compile(&text, &part.defines(), arch, cache_dir).map_err(|e| match e {
+                            Error::Device { backend, message } => {
+                                Error::Device { backend, message: format!("{}'s part {part}: {message}", source.name) }
+                            }
+                            other => other,
+                        })?;
+                        loaded.push((part, Module::load(ctx, &code)?));
+                        loaded.len() - 1
+                    }
+                };
+                Ok(&loaded[index].1)
+            }
+        }
+    }
 }
 
 impl HipBackend {
@@ -161,7 +207,8 @@ impl HipBackend {
         let info = DeviceInfo::query(&runtime, ordinal)?;
         let ctx = Arc::new(Context { runtime, ordinal });
         let stream = Stream::new(&ctx)?;
-        let (module, kernel_origin) = load_module(&ctx, &info, options, kernels::DECODE_FILE)?;
+        let decode_modules = load_file(&ctx, &info, options, kernels::DECODE_FILE)?;
+        let kernel_origin = decode_modules.origin.clone();
         let peak = info.peak_bandwidth_gbps();
         let mut backend = HipBackend {
             props: DeviceProps {
@@ -189,11 +236,7 @@ impl HipBackend {
                 cuts_by_batch: false,
             },
             functions: Mutex::new(HashMap::new()),
-            modules: Mutex::new(vec![LoadedModule {
-                stem: kernels::DECODE_FILE,
-                module,
-                origin: kernel_origin.clone(),
-            }]),
+            modules: Mutex::new(vec![decode_modules]),
             stream,
             ctx,
             info,
@@ -244,16 +287,16 @@ impl HipBackend {
         let index = match modules.iter().position(|m| m.stem == stem) {
             Some(index) => index,
             None => {
-                let (module, origin) = load_module(&self.ctx, &self.info, &self.options, stem)?;
-                modules.push(LoadedModule { stem, module, origin });
+                modules.push(load_file(&self.ctx, &self.info, &self.options, stem)?);
                 modules.len() - 1
             }
         };
-        let loaded = &modules[index];
+        let file = &mut modules[index];
         self.ctx.activate()?;
-        let f = loaded.module.function(name).map_err(|e| Error::Device {
+        let module = file.module_for(name, &self.ctx, self.options.cache_dir.as_deref())?;
+        let f = module.function(name).map_err(|e| Error::Device {
             backend: BACKEND,
-            message: format!("kernel {name} missing from the loaded {stem} module ({}): {e}", loaded.origin),
+            message: format!("kernel {name} missing from the loaded {stem} module ({}): {e}", file.origin),
         })?;
         functions.insert(name.to_string(), f);
         Ok(f)
@@ -299,22 +342,21 @@ fn no_embedded_object(stem: &str, arch: &str) -> String {
     }
 }
 
-/// The module of kernel file `stem` (decode_kvgrid, merge_states) for this
-/// device: its embedded code object, else hiprtc (as `options` allow), and
-/// a note on where it came from.
-fn load_module(
-    ctx: &Arc<Context>,
-    info: &DeviceInfo,
-    options: &HipOptions,
-    stem: &'static str,
-) -> Result<(Module, String)> {
+/// The modules of kernel file `stem` (decode_kvgrid, merge_states) for this
+/// device: its embedded code object, else hiprtc (as `options` allow: the
+/// decode file a part at a time, each compiled when first asked for), and a
+/// note on where they come from.
+fn load_file(ctx: &Arc<Context>, info: &DeviceInfo, options: &HipOptions, stem: &'static str) -> Result<FileModules> {
     let arch = info.arch_name.as_str();
     let mut why_hiprtc = no_embedded_object(stem, arch);
     let objects = kernels::file(stem).map_or(&[][..], |f| f.code_objects);
     if options.kernels != KernelSource::Hiprtc {
         match kernels::select(arch, objects) {
             Some((object_arch, bytes)) => match Module::load(ctx, bytes) {
-                Ok(module) => return Ok((module, format!("embedded code object ({object_arch})"))),
+                Ok(module) => {
+                    let origin = format!("embedded code object ({object_arch})");
+                    return Ok(FileModules { stem, origin, modules: Modules::Whole(module) });
+                }
                 Err(err) if options.kernels == KernelSource::Embedded => return Err(err),
                 Err(err) => why_hiprtc = format!("the embedded {object_arch} code object was refused: {err}"),
             },
@@ -334,20 +376,23 @@ fn load_module(
         }
         None => Hiprtc::load(Some(&ctx.runtime.library)),
     };
-    let code = compile_with(hiprtc, stem, arch, &why_hiprtc, options.cache_dir.as_deref())?;
-    let module = Module::load(ctx, &code.0)?;
-    Ok((module, code.1))
+    let (hiprtc, source) = hiprtc_for(hiprtc, stem, &why_hiprtc)?;
+    let (major, minor) = hiprtc.version();
+    let origin = format!("hiprtc {major}.{minor} ({}), {arch}; {why_hiprtc}", hiprtc.library);
+    if stem == kernels::DECODE_FILE {
+        let origin = format!("{origin}; a part at a time");
+        let modules = Modules::Parts { hiprtc, source, arch: arch.to_string(), loaded: Vec::new() };
+        return Ok(FileModules { stem, origin, modules });
+    }
+    let text = hiprtc::Source { name: source.name, text: source.text, headers: source.headers };
+    let code = hiprtc.compile(&text, &[], arch, options.cache_dir.as_deref())?;
+    Ok(FileModules { stem, origin, modules: Modules::Whole(Module::load(ctx, &code)?) })
 }
 
-/// Compiles the embedded source of kernel file `stem` with `hiprtc` (or says
-/// why it cannot: `why_hiprtc` is why the embedded code objects did not serve).
-fn compile_with(
-    hiprtc: Result<Hiprtc>,
-    stem: &str,
-    arch: &str,
-    why_hiprtc: &str,
-    cache_dir: Option<&std::path::Path>,
-) -> Result<(Vec<u8>, String)> {
+/// `hiprtc` and the embedded source of kernel file `stem`, or why hiprtc
+/// cannot build it (`why_hiprtc` is why the embedded code objects did not
+/// serve).
+fn hiprtc_for(hiprtc: Result<Hiprtc>, stem: &str, why_hiprtc: &str) -> Result<(Hiprtc, &'static kernels::KernelFile)> {
     let Some(file) = kernels::file(stem) else {
         return Err(Error::Unavailable {
             backend: BACKEND,
@@ -369,10 +414,7 @@ fn compile_with(
             ),
         }
     })?;
-    let source = hiprtc::Source { name: file.name, text: file.text, headers: file.headers };
-    let code = hiprtc.compile(&source, arch, cache_dir)?;
-    let (major, minor) = hiprtc.version();
-    Ok((code, format!("hiprtc {major}.{minor} ({}), {arch}; {why_hiprtc}", hiprtc.library)))
+    Ok((hiprtc, file))
 }
 
 impl DecodeAttention for HipBackend {
@@ -388,6 +430,15 @@ impl DecodeAttention for HipBackend {
 
     fn supports(&self, problem: &DecodeProblem) -> Result<()> {
         supports(problem)
+    }
+
+    /// Plans `problem`, and loads its kernels now: on the hiprtc path that
+    /// compiles their part, once, here rather than in the first decode.
+    fn plan(&self, problem: &DecodeProblem, policy: decode_attn_core::Policy) -> Result<Plan> {
+        self.supports(problem)?;
+        let plan = decode_attn_core::plan(problem, policy, &self.props)?;
+        self.function(&kernels::decode_kernel(problem.dtypes.q, problem.shape.head_dim))?;
+        Ok(plan)
     }
 
     fn alloc(&self, bytes: usize) -> Result<HipBuffer> {
@@ -654,6 +705,7 @@ fn launch_shape(plan: &Plan) -> Result<LaunchShape> {
 
 #[cfg(test)]
 mod tests {
+    use decode_attn_core::shape::SUPPORTED_HEAD_DIMS;
     use decode_attn_core::{AttentionShape, DTypes, DeviceProps, KvLayout, Policy};
 
     use super::*;
@@ -711,7 +763,7 @@ mod tests {
         for stem in [kernels::DECODE_FILE, kernels::MERGE_FILE, "not_a_kernel_file"] {
             let hiprtc = Hiprtc::load_from(&["/nonexistent/libhiprtc.so.6"]);
             let why = no_embedded_object(stem, "gfx1100");
-            let err = compile_with(hiprtc, stem, "gfx1100", &why, None).unwrap_err();
+            let err = hiprtc_for(hiprtc, stem, &why).err().unwrap();
             let text = err.to_string();
             assert!(matches!(err, Error::Unavailable { backend: "hip", .. }), "{err:?}");
             assert!(text.contains("gfx1100"), "{text}");
@@ -738,15 +790,16 @@ mod tests {
                 return;
             };
             let library = hiprtc.library.clone();
-            let (code, origin) = match compile_with(Ok(hiprtc), kernels::MERGE_FILE, arch, "test", None) {
-                Ok(compiled) => compiled,
+            let (hiprtc, file) = hiprtc_for(Ok(hiprtc), kernels::MERGE_FILE, "test").unwrap();
+            let code = match hiprtc.compile(&source_of(file), &[], arch, None) {
+                Ok(code) => code,
                 // As in hiprtc.rs: some distribution builds cannot compile without a device runtime.
                 Err(err) => {
                     eprintln!("hiprtc ({library}) could not compile here: {err}");
                     return;
                 }
             };
-            eprintln!("{origin}: {} bytes", code.len());
+            eprintln!("{library}: merge {arch}: {} bytes", code.len());
             for name in kernels::kernel_names(kernels::MERGE_FILE) {
                 let needle = [name.as_bytes(), b"\0"].concat();
                 assert!(code.windows(needle.len()).any(|w| w == needle.as_slice()), "{arch}: no symbol {name}");
@@ -776,21 +829,73 @@ mod tests {
         assert!(matches!(supports(&problem(8, 8, mixed, vec![10])), Err(Error::UnsupportedDTypes { .. })));
     }
 
-    /// Every embedded source through the installed hiprtc, for gfx90a (no
-    /// device needed). Slow (the decode file's 48 entry points): run with
+    fn source_of(file: &kernels::KernelFile) -> hiprtc::Source<'_> {
+        hiprtc::Source { name: file.name, text: file.text, headers: file.headers }
+    }
+
+    /// The entry points `code` lacks of those named.
+    fn missing_symbols(code: &[u8], names: &[String]) -> Vec<String> {
+        let exported = |name: &String| {
+            let needle = [name.as_bytes(), b"\0"].concat();
+            code.windows(needle.len()).any(|w| w == needle.as_slice())
+        };
+        names.iter().filter(|name| !exported(name)).cloned().collect()
+    }
+
+    /// The decode file's part of one element type at one head dim, through
+    /// the installed hiprtc for gfx90a (no device needed), is what `load_file`
+    /// builds on the hiprtc path: both of its entry points, and no other
+    /// part's. Skips without hiprtc.
+    #[test]
+    fn hiprtc_compiles_a_part_of_the_decode_kernel_when_installed() {
+        let Ok(hiprtc) = Hiprtc::load(RUNTIME_CANDIDATES.first().copied()) else {
+            eprintln!("hiprtc not installed: skipping");
+            return;
+        };
+        let library = hiprtc.library.clone();
+        let (hiprtc, file) = hiprtc_for(Ok(hiprtc), kernels::DECODE_FILE, "test").unwrap();
+        let part = KernelPart::of_problem(DType::F16, 64);
+        let started = std::time::Instant::now();
+        let code = match hiprtc.compile(&source_of(file), &part.defines(), "gfx90a", None) {
+            Ok(code) => code,
+            Err(err) => {
+                eprintln!("hiprtc ({library}) could not compile here: {err}");
+                return;
+            }
+        };
+        eprintln!("{library}: part {part}: {} bytes in {:.1} s", code.len(), started.elapsed().as_secs_f64());
+        let own = [kernels::decode_kernel(DType::F16, 64), kernels::reduce_kernel(DType::F16, 64)];
+        assert_eq!(missing_symbols(&code, &own), Vec::<String>::new());
+        let others = [kernels::decode_kernel(DType::Bf16, 64), kernels::reduce_kernel(DType::F16, 128)];
+        assert_eq!(missing_symbols(&code, &others), others.to_vec(), "another part's kernels in part {part}");
+    }
+
+    /// Every part of the decode file, and the merge file whole, through the
+    /// installed hiprtc for gfx90a (no device needed). Minutes: run with
     /// `--ignored`.
     #[test]
     #[ignore]
-    fn hiprtc_compiles_the_embedded_kernels() {
-        for file in kernels::files() {
-            let hiprtc = Hiprtc::load(RUNTIME_CANDIDATES.first().copied());
-            let (code, origin) = compile_with(hiprtc, file.stem, "gfx90a", "test", None).unwrap();
-            eprintln!("{}: {origin}: {} bytes", file.stem, code.len());
-            for name in kernels::kernel_names(file.stem) {
-                let needle = [name.as_bytes(), b"\0"].concat();
-                assert!(code.windows(needle.len()).any(|w| w == needle.as_slice()), "{}: no symbol {name}", file.stem);
+    fn hiprtc_compiles_every_part_of_the_embedded_kernels() {
+        let hiprtc = Hiprtc::load(RUNTIME_CANDIDATES.first().copied()).unwrap();
+        let (hiprtc, decode) = hiprtc_for(Ok(hiprtc), kernels::DECODE_FILE, "test").unwrap();
+        for &dtype in kernels::DTYPES {
+            for &head_dim in SUPPORTED_HEAD_DIMS {
+                let part = KernelPart::of_problem(dtype, head_dim);
+                let started = std::time::Instant::now();
+                let code = hiprtc.compile(&source_of(decode), &part.defines(), "gfx90a", None).unwrap();
+                eprintln!(
+                    "{}: part {part}: {} bytes in {:.1} s",
+                    decode.name,
+                    code.len(),
+                    started.elapsed().as_secs_f64()
+                );
+                let names = [kernels::decode_kernel(dtype, head_dim), kernels::reduce_kernel(dtype, head_dim)];
+                assert_eq!(missing_symbols(&code, &names), Vec::<String>::new(), "part {part}");
             }
         }
+        let merge = kernels::file(kernels::MERGE_FILE).unwrap();
+        let code = hiprtc.compile(&source_of(merge), &[], "gfx90a", None).unwrap();
+        assert_eq!(missing_symbols(&code, &kernels::kernel_names(kernels::MERGE_FILE)), Vec::<String>::new());
     }
 
     #[test]
