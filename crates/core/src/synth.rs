@@ -150,6 +150,50 @@ impl HostBatch {
         batch
     }
 
+    /// Overwrites `edits` entries, each picked at random among the lengths,
+    /// the block table, kv_indptr and kv_indices, with garbage: signs,
+    /// extremes, the edges of the pool, neighbours of what was there, or
+    /// anything. Returns `(what, index, old, new)` per edit, for messages. A
+    /// backend must refuse such a batch, or (a GPU, which cannot read its
+    /// indices on the host) write NaN for the sequences it spoils, or decode
+    /// what the entries now say, as [`HostBatch::slot`] reads them.
+    pub fn scribble(&mut self, rng: &mut SplitMix64, edits: usize) -> Vec<(&'static str, usize, i32, i32)> {
+        let kernel_block_size = match self.problem.layout {
+            KvLayout::BlockTable { kernel_block_size, .. } => kernel_block_size,
+            KvLayout::TokenIndices { page_size } => page_size,
+        };
+        let num_blocks = (self.num_slots / kernel_block_size.max(1)) as i32;
+        let mut done = Vec::new();
+        for _ in 0..edits {
+            let (what, entries): (&'static str, &mut Vec<i32>) = match (&mut self.index, rng.below(3)) {
+                (_, 0) => ("seq_lens", &mut self.seq_lens),
+                (HostIndex::BlockTable { table, .. }, _) => ("block_table", table),
+                (HostIndex::TokenIndices { indptr, .. }, 1) => ("kv_indptr", indptr),
+                (HostIndex::TokenIndices { indices, .. }, _) => ("kv_indices", indices),
+            };
+            if entries.is_empty() {
+                continue;
+            }
+            let at = rng.below(entries.len());
+            let old = entries[at];
+            let new = match rng.below(10) {
+                0 => -1,
+                1 => i32::MIN,
+                2 => i32::MAX,
+                3 => 0,
+                4 => old.wrapping_add(1),
+                5 => old.wrapping_sub(1),
+                6 => self.num_slots as i32,
+                7 => num_blocks,
+                8 => num_blocks - 1,
+                _ => rng.next_u64() as i32,
+            };
+            entries[at] = new;
+            done.push((what, at, old, new));
+        }
+        done
+    }
+
     /// The slot of token `t` of sequence `seq`, or `None` where the index
     /// (edited by a test, or lengths that outgrew their blocks) points
     /// outside itself or the pool: the kernels' guard cases.

@@ -246,6 +246,62 @@ fn bad_block_ids_in_device_memory_give_nan_not_a_crash() {
     backend.synchronize().unwrap();
 }
 
+/// Garbage written into the lengths, block tables, kv_indptr or kv_indices
+/// in device memory (`HostBatch::scribble`: signs, extremes, the pool's
+/// edges, neighbours, anything), on both layouts, two kernels (bf16 d 128 on
+/// the tensor cores, f32 d 64 with 8 heads a KV head on the stream kernel)
+/// and split or not: every sequence the garbage spoils comes out NaN, every
+/// other one as the reference decodes it, and the context survives (no
+/// fault; `compute-sanitizer` on this test also sees no out-of-bounds read).
+#[test]
+#[serial]
+fn garbage_indices_in_device_memory_give_nan_rows_not_a_fault() {
+    use decode_attn_core::synth::SplitMix64;
+    let Some(backend) = backend(KernelSource::Auto) else { return };
+    let layouts = [
+        KvLayout::block_table(16),
+        KvLayout::BlockTable { kernel_block_size: 16, allocator_block_size: 64 },
+        KvLayout::token_indices(1),
+        KvLayout::token_indices(4),
+    ];
+    let kinds = [(32, 8, 128, DType::Bf16, 1e-2), (8, 1, 64, DType::F32, 1e-3)];
+    let mut spoiled_seqs = 0;
+    for case in 0..48u64 {
+        let mut rng = SplitMix64::new(case);
+        let layout = layouts[rng.below(layouts.len())];
+        let (q_heads, kv_heads, head_dim, dtype, tolerance) = kinds[rng.below(kinds.len())];
+        let lens: Vec<u32> = (0..1 + rng.below(5)).map(|_| rng.below(2000) as u32).collect();
+        let shape = AttentionShape::new(q_heads, kv_heads, head_dim).unwrap();
+        let planned = DecodeProblem::new(shape, DTypes::uniform(dtype), layout, lens).unwrap();
+        let policy: Policy = ["auto", "fixed:1", "fixed:5"][rng.below(3)].parse().unwrap();
+        let plan = backend.plan(&planned, policy).unwrap();
+        let mut batch = HostBatch::random(&planned, case);
+        let num_edits = 1 + rng.below(3);
+        let edits = batch.scribble(&mut rng, num_edits);
+        let mut device = DeviceBatch::new(&backend, &batch, plan.workspace_bytes);
+        let block_table = matches!(layout, KvLayout::BlockTable { .. });
+        let what = format!("case {case}: {planned} {policy} after {edits:?}");
+        backend.decode(&plan, device.args(block_table)).unwrap_or_else(|e| panic!("{what}: {e}"));
+        backend.synchronize().unwrap_or_else(|e| panic!("{what}: the context did not survive: {e}"));
+        let out = download_f32(&backend, &device.out, dtype);
+        let reference = decode_reference(&batch, shape.default_scale());
+        let per_seq = q_heads * head_dim;
+        for (seq, &len) in batch.seq_lens.iter().enumerate() {
+            let rows = seq * per_seq..(seq + 1) * per_seq;
+            // The reference reads a negative length as none; the kernels refuse it.
+            if len < 0 || reference[rows.clone()].iter().any(|x| x.is_nan()) {
+                spoiled_seqs += 1;
+                assert!(out[rows].iter().all(|x| x.is_nan()), "{what}: sequence {seq} is spoiled but not NaN");
+            } else {
+                let err = relative_error(&out[rows.clone()], &reference[rows]);
+                assert!(err <= tolerance, "{what}: sequence {seq} (length {len}): relerr {err:e}");
+            }
+        }
+    }
+    // The cases must reach the guards, not only edits that change nothing.
+    assert!(spoiled_seqs >= 10, "only {spoiled_seqs} spoiled sequences in 48 cases");
+}
+
 #[test]
 #[serial]
 fn merge_attn_states_matches_the_host_merge() {
