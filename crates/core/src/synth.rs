@@ -251,6 +251,38 @@ mod tests {
         DecodeProblem::new(AttentionShape::new(4, 2, 64).unwrap(), DTypes::uniform(DType::Bf16), layout, lens).unwrap()
     }
 
+    /// The list of entries `scribble` names `what`.
+    fn entries<'a>(batch: &'a mut HostBatch, what: &str) -> &'a mut Vec<i32> {
+        match (&mut batch.index, what) {
+            (_, "seq_lens") => &mut batch.seq_lens,
+            (HostIndex::BlockTable { table, .. }, "block_table") => table,
+            (HostIndex::TokenIndices { indptr, .. }, "kv_indptr") => indptr,
+            (HostIndex::TokenIndices { indices, .. }, "kv_indices") => indices,
+            (index, _) => panic!("an edit of {what} in {index:?}"),
+        }
+    }
+
+    #[test]
+    fn scribble_changes_exactly_the_entries_it_reports() {
+        for (seed, layout) in [KvLayout::block_table(16), KvLayout::token_indices(4)].into_iter().enumerate() {
+            let clean = HostBatch::random(&problem(layout, vec![0, 40, 300]), 3);
+            let mut rng = SplitMix64::new(seed as u64);
+            for _ in 0..50 {
+                let mut batch = clean.clone();
+                let edits = batch.scribble(&mut rng, 3);
+                assert_eq!(edits.len(), 3);
+                let mut expected = clean.clone();
+                for &(what, at, old, new) in &edits {
+                    let list = entries(&mut expected, what);
+                    assert_eq!(list[at], old, "{layout}: {what}[{at}]");
+                    list[at] = new;
+                }
+                assert_eq!(batch.seq_lens, expected.seq_lens);
+                assert_eq!(format!("{:?}", batch.index), format!("{:?}", expected.index));
+            }
+        }
+    }
+
     #[test]
     fn every_token_gets_a_distinct_slot() {
         for layout in [
