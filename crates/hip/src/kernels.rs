@@ -6,7 +6,8 @@ use decode_attn_core::shape::SUPPORTED_HEAD_DIMS;
 use decode_attn_core::{DType, Error, Result};
 
 /// One kernel file of kernels/hip as this build embeds it. Each file is its
-/// own code object, loaded as its own module.
+/// own code object, loaded as its own module (through hiprtc, the decode
+/// file is a module per part: lib.rs's `FileModules`).
 #[derive(Debug)]
 pub struct KernelFile {
     /// File stem, e.g. `decode_kvgrid` ([`DECODE_FILE`], [`MERGE_FILE`]).
