@@ -3,14 +3,14 @@
 //! * [`shape`] and [`dtype`]: the problem (heads, head dim, element types).
 //! * [`layout`]: how the paged KV cache is indexed (block table or per-token
 //!   indices) and [`layout::map_to_kernel_blocks`].
-//! * [`plan`]: the pure, host-side planner that turns a problem into a
+//! * [`plan`](mod@plan): the pure, host-side planner that turns a problem into a
 //!   [`Plan`] (grid, split counts, scratch sizes, and the reason).
 //! * [`backend`]: the [`DecodeAttention`] trait every backend implements.
 //! * [`merge`]: the two-way attention-state merge, on the host.
 //! * [`kernel_cache`]: the disk cache of kernels compiled at run time, and
 //!   [`kernel_part`]: the part of a kernel file a run-time compiler builds
 //!   at a time.
-//! * [`env`]: options read from the environment by the backends' `from_env`.
+//! * [`env`](mod@env): options read from the environment by the backends' `from_env`.
 //! * [`abi`]: the GPU kernels' launch parameters (decode_params.h), filled
 //!   from a plan once for every GPU backend.
 //!

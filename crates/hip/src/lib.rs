@@ -13,8 +13,7 @@
 //!   (clang-19 writes code object v5, which ROCm 5.x runtimes before v5
 //!   support refuse: `Auto` then falls back to hiprtc, which emits what the
 //!   runtime loads.) hiprtc builds the decode file a part at a time (one
-//!   element type at one head dim,
-//!   [`KernelPart`](decode_attn_core::kernel_part::KernelPart)), when a
+//!   element type at one head dim, [`KernelPart`]), when a
 //!   problem of that part is first planned or run; the merge file whole.
 //!   The decode module (or hiprtc's first part, bf16 at head dim 128, whose
 //!   occupancy the planner's figures take) loads when the backend opens,
