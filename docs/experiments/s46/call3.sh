@@ -4,7 +4,7 @@
 # under compute-sanitizer memcheck; then on an H200 the issue's table beside
 # the peers (s36's table-h200.sh, in .gpu), on any other GPU the small bench
 # and `check --backend cuda` on NVRTC parts with fresh caches (capped at
-# 300 s). Carry .gpu holding table-h200.sh and this file; run `bash
+# 240 s). Carry .gpu holding table-h200.sh and this file; run `bash
 # .gpu/call3.sh`. Results: $OUT/t.tgz on an H200, else $OUT/c3.tgz.
 cd "$(dirname "$0")"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
@@ -13,7 +13,7 @@ cd ..
 OUT=${OUT:-/tmp/out}; R=$OUT/c3; mkdir -p $R
 t0=$(date +%s)
 step() { echo "$1 rc=$2 t=$(( $(date +%s) - t0 ))" | tee -a $R/progress.txt; tar czf $OUT/c3.tgz -C $OUT c3; }
-cap() { local left=$(( 300 - $(date +%s) + t0 )); echo $(( left < $1 ? (left > 1 ? left : 1) : $1 )); }
+cap() { local left=$(( 240 - $(date +%s) + t0 )); echo $(( left < $1 ? (left > 1 ? left : 1) : $1 )); }
 secs() { local l=$1; shift; local a=$(date +%s%N); "$@"; local rc=$?
   echo "$l $(( ($(date +%s%N) - a) / 1000000 )) ms rc=$rc" >> $R/times.txt; return $rc; }
 T=$(ls .gpu/tests/gpu-*)
