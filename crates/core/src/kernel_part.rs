@@ -11,7 +11,7 @@
 use std::fmt;
 
 use crate::shape::SUPPORTED_HEAD_DIMS;
-use crate::DType;
+use crate::{DType, Error};
 
 /// A kernel file's entry points for one element type and one head dim;
 /// head dim 0 is decode.cu's `merge_attn_states_<T>`, which has none.
@@ -64,6 +64,17 @@ impl KernelPart {
     pub fn defines(&self) -> [String; 2] {
         [format!("-DDA_PART_TYPE={}", self.element + 1), format!("-DDA_PART_HEAD_DIM={}", self.head_dim)]
     }
+
+    /// `err`, from compiling or loading this part of kernel file `file`,
+    /// with a device error's message saying which file and part it was.
+    pub fn annotate(&self, file: &str, err: Error) -> Error {
+        match err {
+            Error::Device { backend, message } => {
+                Error::Device { backend, message: format!("{file}'s part {self}: {message}") }
+            }
+            other => other,
+        }
+    }
 }
 
 impl fmt::Display for KernelPart {
@@ -93,6 +104,17 @@ mod tests {
         assert_eq!(KernelPart::of_problem(DType::Bf16, 128), KernelPart::of_function("decode_attn_bf16_d128").unwrap());
         assert_eq!(KernelPart::of_problem(DType::F16, 80).defines(), ["-DDA_PART_TYPE=2", "-DDA_PART_HEAD_DIM=80"]);
         assert_eq!(KernelPart::of_problem(DType::F32, 0).defines(), ["-DDA_PART_TYPE=1", "-DDA_PART_HEAD_DIM=0"]);
+    }
+
+    #[test]
+    fn annotated_errors_name_the_file_and_part() {
+        let part = KernelPart::of_problem(DType::Bf16, 128);
+        let device = Error::Device { backend: "cuda", message: "nvrtc failed".into() };
+        let annotated =
+            Error::Device { backend: "cuda", message: "decode.cu's part bf16 head_dim 128: nvrtc failed".into() };
+        assert_eq!(part.annotate("decode.cu", device), annotated);
+        let other = Error::Unavailable { backend: "hip", reason: "no hiprtc".into() };
+        assert_eq!(part.annotate("decode.cu", other.clone()), other);
     }
 
     #[test]

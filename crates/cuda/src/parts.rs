@@ -79,16 +79,8 @@ impl PartModules {
         if let Some(module) = loaded.get(&part) {
             return Ok(module.clone());
         }
-        let name = self.source.name;
-        let cubin =
-            nvrtc::compile_cubin(&self.source, &part.defines(), self.arch, self.cache_dir.as_deref()).map_err(|e| {
-                match e {
-                    Error::Device { backend, message } => {
-                        Error::Device { backend, message: format!("{name}'s part {part}: {message}") }
-                    }
-                    other => other,
-                }
-            })?;
+        let cubin = nvrtc::compile_cubin(&self.source, &part.defines(), self.arch, self.cache_dir.as_deref())
+            .map_err(|e| part.annotate(self.source.name, e))?;
         let module = self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(crate::driver_error)?;
         loaded.insert(part, module.clone());
         Ok(module)

@@ -21,6 +21,13 @@ pub struct KernelFile {
     pub code_objects: &'static [(&'static str, &'static [u8])],
 }
 
+impl KernelFile {
+    /// The file as hiprtc compiles it: its text and headers, under its name.
+    pub fn source(&self) -> crate::hiprtc::Source<'static> {
+        crate::hiprtc::Source { name: self.name, text: self.text, headers: self.headers }
+    }
+}
+
 mod embedded {
     use super::KernelFile;
     include!(concat!(env!("OUT_DIR"), "/embedded.rs"));

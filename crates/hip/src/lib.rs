@@ -165,13 +165,9 @@ impl FileModules {
                 let index = match loaded.iter().position(|(p, _)| *p == part) {
                     Some(index) => index,
                     None => {
-                        let text = hiprtc::Source { name: source.name, text: source.text, headers: source.headers };
-                        let code = hiprtc.compile(&text, &part.defines(), arch, cache_dir).map_err(|e| match e {
-                            Error::Device { backend, message } => {
-                                Error::Device { backend, message: format!("{}'s part {part}: {message}", source.name) }
-                            }
-                            other => other,
-                        })?;
+                        let code = hiprtc
+                            .compile(&source.source(), &part.defines(), arch, cache_dir)
+                            .map_err(|e| part.annotate(source.name, e))?;
                         loaded.push((part, Module::load(ctx, &code)?));
                         loaded.len() - 1
                     }
@@ -383,8 +379,7 @@ fn load_file(ctx: &Arc<Context>, info: &DeviceInfo, options: &HipOptions, stem: 
         let modules = Modules::Parts { hiprtc, source, arch: arch.to_string(), loaded: Vec::new() };
         return Ok(FileModules { stem, origin, modules });
     }
-    let text = hiprtc::Source { name: source.name, text: source.text, headers: source.headers };
-    let code = hiprtc.compile(&text, &[], arch, options.cache_dir.as_deref())?;
+    let code = hiprtc.compile(&source.source(), &[], arch, options.cache_dir.as_deref())?;
     Ok(FileModules { stem, origin, modules: Modules::Whole(Module::load(ctx, &code)?) })
 }
 
@@ -790,7 +785,7 @@ mod tests {
             };
             let library = hiprtc.library.clone();
             let (hiprtc, file) = hiprtc_for(Ok(hiprtc), kernels::MERGE_FILE, "test").unwrap();
-            let code = match hiprtc.compile(&source_of(file), &[], arch, None) {
+            let code = match hiprtc.compile(&file.source(), &[], arch, None) {
                 Ok(code) => code,
                 // As in hiprtc.rs: some distribution builds cannot compile without a device runtime.
                 Err(err) => {
@@ -828,10 +823,6 @@ mod tests {
         assert!(matches!(supports(&problem(8, 8, mixed, vec![10])), Err(Error::UnsupportedDTypes { .. })));
     }
 
-    fn source_of(file: &kernels::KernelFile) -> hiprtc::Source<'_> {
-        hiprtc::Source { name: file.name, text: file.text, headers: file.headers }
-    }
-
     /// The entry points `code` lacks of those named.
     fn missing_symbols(code: &[u8], names: &[String]) -> Vec<String> {
         let exported = |name: &String| {
@@ -855,7 +846,7 @@ mod tests {
         let (hiprtc, file) = hiprtc_for(Ok(hiprtc), kernels::DECODE_FILE, "test").unwrap();
         let part = KernelPart::of_problem(DType::F16, 64);
         let started = std::time::Instant::now();
-        let code = match hiprtc.compile(&source_of(file), &part.defines(), "gfx90a", None) {
+        let code = match hiprtc.compile(&file.source(), &part.defines(), "gfx90a", None) {
             Ok(code) => code,
             Err(err) => {
                 eprintln!("hiprtc ({library}) could not compile here: {err}");
@@ -881,7 +872,7 @@ mod tests {
             for &head_dim in SUPPORTED_HEAD_DIMS {
                 let part = KernelPart::of_problem(dtype, head_dim);
                 let started = std::time::Instant::now();
-                let code = hiprtc.compile(&source_of(decode), &part.defines(), "gfx90a", None).unwrap();
+                let code = hiprtc.compile(&decode.source(), &part.defines(), "gfx90a", None).unwrap();
                 eprintln!(
                     "{}: part {part}: {} bytes in {:.1} s",
                     decode.name,
@@ -893,7 +884,7 @@ mod tests {
             }
         }
         let merge = kernels::file(kernels::MERGE_FILE).unwrap();
-        let code = hiprtc.compile(&source_of(merge), &[], "gfx90a", None).unwrap();
+        let code = hiprtc.compile(&merge.source(), &[], "gfx90a", None).unwrap();
         assert_eq!(missing_symbols(&code, &kernels::kernel_names(kernels::MERGE_FILE)), Vec::<String>::new());
     }
 
