@@ -1069,11 +1069,11 @@ DA_DEVICE void merge_attn_states_body(const MergeParams& p) {
 
 // Parts. Built whole (nvcc, the tests, the probes) the file defines every
 // entry point. The NVRTC path compiles it one part at a time, on first use of
-// that part (crates/cuda/src/parts.rs, `KernelPart`): the whole file takes
-// NVRTC minutes, one part seconds, and an engine uses one or two. A part is
-// one element type and one head dim, chosen by -DDA_PART_TYPE=1|2|3 (f32, f16,
-// bf16) and -DDA_PART_HEAD_DIM=D; head dim 0 is the type's
-// merge_attn_states_<T> alone.
+// that part (crates/cuda/src/parts.rs; `KernelPart` in core's kernel_part.rs):
+// the whole file takes NVRTC minutes, one part seconds, and an engine uses one
+// or two. A part is one element type and one head dim, chosen by
+// -DDA_PART_TYPE=1|2|3 (f32, f16, bf16) and -DDA_PART_HEAD_DIM=D; head dim 0
+// is the type's merge_attn_states_<T> alone.
 #define DA_TYPE_F32 1
 #define DA_TYPE_F16 2
 #define DA_TYPE_BF16 3

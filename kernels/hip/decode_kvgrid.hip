@@ -1110,8 +1110,9 @@ DA_DEVICE void kvgrid_reduce_body(const DecodeParams& p) {
 #if defined(DA_PART_TYPE) && !defined(DA_KVGRID_ONLY)
 // One part of the file: one element type at one head dim, as decode.cu's
 // "Parts" (-DDA_PART_TYPE=1|2|3 for f32, f16, bf16, -DDA_PART_HEAD_DIM=D),
-// for NVRTC (crates/cuda/src/parts.rs), which compiles a part when it is
-// first needed. Each entry point as in the whole list below (a test
+// for NVRTC (crates/cuda/src/parts.rs) and hiprtc (crates/hip/src/lib.rs),
+// which compile a part when it is first needed (`KernelPart`, in core's
+// kernel_part.rs). Each entry point as in the whole list below (a test
 // compares their preprocessed text), f32's launch bounds included. Head
 // dim 0 (the merge's part in decode.cu) is empty here.
 // One more level, so that DA_PART_HEAD_DIM is a number before it is pasted.
