@@ -6,6 +6,11 @@
 //! * `check`: the conformance sweep of one backend against the f64 reference.
 //! * `devices`: every backend, usable or why not.
 
+// The doc comments on clap's argument structs are the `--help` text, written
+// for a shell (`cuda[:N]`), not rustdoc links; escaping the brackets would
+// print the backslashes in `--help`.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
