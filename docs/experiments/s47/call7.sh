@@ -1,6 +1,6 @@
 #!/bin/bash
 # s47 call 7, for an H200 (it ran on an H100: the H200 was not to be had):
-# H200: (a) the small grid replayed from a plan for 65536 tokens (last
+# (a) the small grid replayed from a plan for 65536 tokens (last
 # measured in s26 call 2, before the LSE); (b) the grid at B <= 4
 # writing the LSE (`--lse`) and without, alternated; (c) the two 70B shapes
 # short of 1.5x SDPA that are reachable in principle, at auto's 128 CTAs
