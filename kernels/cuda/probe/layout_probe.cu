@@ -32,6 +32,12 @@
 //              tile 8 (16) steps beyond (`prefetch.global.L2` of one line of
 //              K and one of V): the block's address translation started
 //              early for a 32nd of the L2 traffic of nhd-pf2/4.
+//   nhd-sort   nhd-shuf with each split's blocks visited in address order
+//              (the split's entries of the table sorted): what a kernel
+//              that reorders its own blocks could win back, its sort free.
+//   nhd-run4/16 the pool shuffled in runs of 4 (16) consecutive blocks, in
+//              order within a run: what an allocator that hands out a few
+//              blocks at a time in order buys.
 //   nhd-l8     as nhd-t8 with a load (`ld.global.nc` of 4 bytes) for the
 //              touch, its value used a step later: a prefetch may be
 //              dropped where its translation misses, a load is not.
@@ -150,8 +156,8 @@ struct Shape {
     const char* name;
     int num_seqs, num_kv_heads, seq_len, num_splits;
 };
-enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, NHD_T8, NHD_T16, NHD_L8, LAYOUTS };
-static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local", "nhd-t8", "nhd-t16", "nhd-l8"};
+enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, NHD_T8, NHD_T16, NHD_L8, NHD_SORT, NHD_RUN4, NHD_RUN16, LAYOUTS };
+static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local", "nhd-t8", "nhd-t16", "nhd-l8", "nhd-sort", "nhd-run4", "nhd-run16"};
 
 int main(int argc, char** argv) {
     // ./layout [rounds [layouts]]: layouts a bit mask of the Layout enum (default all).
@@ -197,6 +203,30 @@ int main(int argc, char** argv) {
         for (long long at = 0; at < num_blocks; at += window)
             std::shuffle(local.begin() + at, local.begin() + std::min<long long>(num_blocks, at + window), local_rng);
         std::iota(dense.begin(), dense.end(), 0);
+        // Each split's entries sorted (the splits of the decode grid below).
+        std::vector<int> sorted = shuffled;
+        const long long per_split = (tiles + sh.num_splits - 1) / sh.num_splits;
+        for (long long b = 0; b < sh.num_seqs; ++b)
+            for (long long first = 0; first < tiles; first += per_split)
+                std::sort(sorted.begin() + b * tiles + first, sorted.begin() + b * tiles + std::min(tiles, first + per_split));
+        // Runs of 4 and 16 blocks in order, the runs shuffled.
+        auto runs_of = [&](long long run) {
+            std::vector<int> order((num_blocks + run - 1) / run), table(num_blocks);
+            std::iota(order.begin(), order.end(), 0);
+            std::shuffle(order.begin(), order.end(), std::mt19937(11));
+            long long at = 0;
+            for (int unit : order)
+                for (long long i = unit * run; i < std::min(num_blocks, (unit + 1) * run); ++i) table[at++] = (int)i;
+            return table;
+        };
+        const std::vector<int> run4 = runs_of(4), run16 = runs_of(16);
+        int *sorted_d, *run4_d, *run16_d;
+        PROBE_CHECK(cudaMalloc(&sorted_d, num_blocks * sizeof(int)));
+        PROBE_CHECK(cudaMalloc(&run4_d, num_blocks * sizeof(int)));
+        PROBE_CHECK(cudaMalloc(&run16_d, num_blocks * sizeof(int)));
+        PROBE_CHECK(cudaMemcpy(sorted_d, sorted.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
+        PROBE_CHECK(cudaMemcpy(run4_d, run4.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
+        PROBE_CHECK(cudaMemcpy(run16_d, run16.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
         int *shuffled_d, *ordered_d, *dense_d, *local_d;
         PROBE_CHECK(cudaMalloc(&shuffled_d, num_blocks * sizeof(int)));
         PROBE_CHECK(cudaMalloc(&ordered_d, num_blocks * sizeof(int)));
@@ -224,6 +254,9 @@ int main(int argc, char** argv) {
                     case STREAM_K1: w = {shuffled_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_ORDER: w = {ordered_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_LOCAL: w = {local_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
+                    case NHD_SORT: w = {sorted_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
+                    case NHD_RUN4: w = {run4_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
+                    case NHD_RUN16: w = {run16_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case HND_SHUF: w = {shuffled_d, 0, block_all, TILE * head_row, head_row}; break;
                     case DENSE: w = {dense_d, 1, TILE * head_row, 0, head_row}; break;
                 }
@@ -261,6 +294,9 @@ int main(int argc, char** argv) {
         PROBE_CHECK(cudaFree(ordered_d));
         PROBE_CHECK(cudaFree(dense_d));
         PROBE_CHECK(cudaFree(local_d));
+        PROBE_CHECK(cudaFree(sorted_d));
+        PROBE_CHECK(cudaFree(run4_d));
+        PROBE_CHECK(cudaFree(run16_d));
     }
     PROBE_CHECK(cudaGetLastError());
     return 0;
