@@ -35,6 +35,12 @@
 //   nhd-sort   nhd-shuf with each split's blocks visited in address order
 //              (the split's entries of the table sorted): what a kernel
 //              that reorders its own blocks could win back, its sort free.
+//   nhd-wsort  nhd-sort, but sorted only within windows of 64 of a split's
+//              entries: the same order within a CTA's nearby tiles, without
+//              every CTA of the grid sweeping the pool from its low end up;
+//   nhd-ksort  nhd-shuf, the kernel sorting its split's entries itself: all
+//              128 threads load them into shared memory and sort them there
+//              (bitonic) before the first copy, so the sort's cost is in;
 //   nhd-run4/16 the pool shuffled in runs of 4 (16) consecutive blocks, in
 //              order within a run: what an allocator that hands out a few
 //              blocks at a time in order buys.
@@ -79,6 +85,7 @@ struct Args {
     int prefetch_steps;  // 0, or how many of the warp's tiles beyond the copies' L2 prefetches
     int touch_steps;     // 0, or how many of the warp's tiles beyond the copies a line of K and V is touched
     int touch_load;      // 1: the touch is a load, not a prefetch
+    int kernel_sort;     // 1: the CTA sorts its entries of the table in shared memory first (not stream_k, per_head 0)
     unsigned* sink;
 };
 
@@ -102,12 +109,41 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
     unsigned char* ring = smem + warp * STAGES * TILE_BYTES;
     const unsigned ring_s = smem_addr(ring);
     const Where w = a.where;
+    // kernel_sort: the CTA's entries, sorted, after the ring (padded with
+    // INT_MAX to a power of two; at most SORT_MAX).
+    int* sorted = reinterpret_cast<int*>(smem + RING_BYTES);
+    if (a.kernel_sort) {
+        const long long pair = begin / pair_tiles;
+        const int b = (int)(pair / a.num_kv_heads);
+        const int* row = w.table + (long long)b * pair_tiles + (begin - pair * pair_tiles);
+        const int n = (int)(end - begin);
+        int size = 1;
+        while (size < n) size <<= 1;
+        for (int i = threadIdx.x; i < size; i += blockDim.x) sorted[i] = i < n ? __ldg(row + i) : 0x7fffffff;
+        __syncthreads();
+        for (int k = 2; k <= size; k <<= 1) {
+            for (int j = k >> 1; j > 0; j >>= 1) {
+                for (int i = threadIdx.x; i < size; i += blockDim.x) {
+                    const int partner = i ^ j;
+                    if (partner > i) {
+                        const int x = sorted[i], y = sorted[partner];
+                        if ((x > y) == ((i & k) == 0)) {
+                            sorted[i] = y;
+                            sorted[partner] = x;
+                        }
+                    }
+                }
+                __syncthreads();
+            }
+        }
+    }
     auto tile_base = [&](long long flat) {
         const long long pair = flat / pair_tiles;
         const int tile = (int)(flat - pair * pair_tiles);
         const int b = (int)(pair / a.num_kv_heads), h = (int)(pair - (long long)b * a.num_kv_heads);
         const long long idx = w.per_head ? flat : (long long)b * pair_tiles + tile;
-        return (long long)__ldg(w.table + idx) * w.block_bytes + h * w.head_bytes;
+        const int entry = a.kernel_sort ? sorted[flat - begin] : __ldg(w.table + idx);
+        return (long long)entry * w.block_bytes + h * w.head_bytes;
     };
     unsigned acc = 0, pending = 0;
     auto issue = [&](long long flat, int stage) {
@@ -156,8 +192,9 @@ struct Shape {
     const char* name;
     int num_seqs, num_kv_heads, seq_len, num_splits;
 };
-enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, NHD_T8, NHD_T16, NHD_L8, NHD_SORT, NHD_RUN4, NHD_RUN16, LAYOUTS };
-static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local", "nhd-t8", "nhd-t16", "nhd-l8", "nhd-sort", "nhd-run4", "nhd-run16"};
+enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, NHD_T8, NHD_T16, NHD_L8, NHD_SORT, NHD_RUN4, NHD_RUN16, NHD_WSORT, NHD_KSORT, LAYOUTS };
+constexpr int SORT_MAX = 2048;  // entries a CTA sorts (nhd-ksort): 8 KiB after the ring
+static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local", "nhd-t8", "nhd-t16", "nhd-l8", "nhd-sort", "nhd-run4", "nhd-run16", "nhd-wsort", "nhd-ksort"};
 
 int main(int argc, char** argv) {
     // ./layout [rounds [layouts]]: layouts a bit mask of the Layout enum (default all).
@@ -173,7 +210,7 @@ int main(int argc, char** argv) {
     PROBE_CHECK(cudaStreamCreate(&st));
     unsigned* sink;
     PROBE_CHECK(cudaMalloc(&sink, 16));
-    PROBE_CHECK(cudaFuncSetAttribute(stream_kv, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES));
+    PROBE_CHECK(cudaFuncSetAttribute(stream_kv, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES + 4 * SORT_MAX));
     int sms = 0;
     PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     cudaDeviceProp prop;
@@ -220,6 +257,16 @@ int main(int argc, char** argv) {
             return table;
         };
         const std::vector<int> run4 = runs_of(4), run16 = runs_of(16);
+        // Each split's entries sorted within windows of 64.
+        std::vector<int> wsorted = shuffled;
+        for (long long b = 0; b < sh.num_seqs; ++b)
+            for (long long first = 0; first < tiles; first += per_split)
+                for (long long at = first; at < std::min(tiles, first + per_split); at += 64)
+                    std::sort(wsorted.begin() + b * tiles + at,
+                              wsorted.begin() + b * tiles + std::min({tiles, first + per_split, at + 64}));
+        int* wsorted_d;
+        PROBE_CHECK(cudaMalloc(&wsorted_d, num_blocks * sizeof(int)));
+        PROBE_CHECK(cudaMemcpy(wsorted_d, wsorted.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
         int *sorted_d, *run4_d, *run16_d;
         PROBE_CHECK(cudaMalloc(&sorted_d, num_blocks * sizeof(int)));
         PROBE_CHECK(cudaMalloc(&run4_d, num_blocks * sizeof(int)));
@@ -242,6 +289,7 @@ int main(int argc, char** argv) {
         for (int round = 0; round < rounds; ++round) {
             for (int layout = 0; layout < LAYOUTS; ++layout) {
                 if (!(chosen >> layout & 1u)) continue;
+                if (layout == NHD_KSORT && per_split > SORT_MAX) continue;  // more entries than the CTA sorts
                 Where w{};
                 switch (layout) {
                     case NHD_SHUF:
@@ -254,6 +302,8 @@ int main(int argc, char** argv) {
                     case STREAM_K1: w = {shuffled_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_ORDER: w = {ordered_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_LOCAL: w = {local_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
+                    case NHD_WSORT: w = {wsorted_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
+                    case NHD_KSORT: w = {shuffled_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_SORT: w = {sorted_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_RUN4: w = {run4_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_RUN16: w = {run16_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
@@ -268,9 +318,10 @@ int main(int argc, char** argv) {
                     const char* k = pool + (size_t)(i % copies) * kv_bytes;
                     const int prefetch_steps = layout == NHD_PF2 ? 2 : layout == NHD_PF4 ? 4 : 0;
                     const int touch_steps = layout == NHD_T8 || layout == NHD_L8 ? 8 : layout == NHD_T16 ? 16 : 0;
+                    const int kernel_sort = layout == NHD_KSORT;
                     Args a{k,        k + side_bytes, w,           sh.num_seqs, sh.num_kv_heads, (int)tiles, sh.num_splits,
-                           stream_k, prefetch_steps, touch_steps, layout == NHD_L8, sink};
-                    stream_kv<<<grid, 128, RING_BYTES, st>>>(a);
+                           stream_k, prefetch_steps, touch_steps, layout == NHD_L8, kernel_sort, sink};
+                    stream_kv<<<grid, 128, RING_BYTES + (kernel_sort ? 4 * SORT_MAX : 0), st>>>(a);
                 });
                 us[layout].push_back(t);
             }
@@ -295,6 +346,7 @@ int main(int argc, char** argv) {
         PROBE_CHECK(cudaFree(dense_d));
         PROBE_CHECK(cudaFree(local_d));
         PROBE_CHECK(cudaFree(sorted_d));
+        PROBE_CHECK(cudaFree(wsorted_d));
         PROBE_CHECK(cudaFree(run4_d));
         PROBE_CHECK(cudaFree(run16_d));
     }
