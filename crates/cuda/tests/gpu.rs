@@ -857,3 +857,57 @@ fn batch_rule_plans_cut_each_replay_by_its_mean_length() {
         );
     }
 }
+
+/// `TileOrder::Address` (the `_sorted` entry points: each split's whole
+/// tiles visited in the order of their blocks' addresses) against the
+/// reference and against the table's order, on a shuffled block table:
+/// unsplit and split plans, a partial last tile, a sequence too short to
+/// sort, and a graph captured at one set of lengths and replayed at others.
+/// The two orders add the same terms in another order, so their outputs
+/// agree to rounding but not bit for bit: that they differ somewhere shows
+/// the sorted entry point ran.
+#[test]
+#[serial]
+fn tiles_in_address_order_match_the_reference_and_the_table_order() {
+    use decode_attn_cuda::TileOrder;
+    if !device_present() {
+        return;
+    }
+    let open = |tile_order| CudaBackend::with_options(0, CudaOptions { tile_order, ..test_options() }).unwrap();
+    let (address, table) = (open(TileOrder::Address), open(TileOrder::Table));
+    for lens in [vec![4096; 16], vec![20000, 3001, 17], vec![65536]] {
+        let p = problem(KvLayout::block_table(16), lens.clone());
+        let batch = HostBatch::random(&p, 47);
+        let reference = decode_reference(&batch, p.shape.default_scale());
+        let mut outputs = Vec::new();
+        for (what, backend) in [("address", &address), ("table", &table)] {
+            let plan = plan_as_on_an_h200(backend, &p);
+            let mut device = DeviceBatch::new(backend, &batch, plan.workspace_bytes);
+            backend.decode(&plan, device.args(true)).unwrap();
+            let out = download_f32(backend, &device.out, DType::Bf16);
+            let err = relative_error(&out, &reference);
+            eprintln!("{lens:?} {what}: {} splits, relerr {err:.2e}", plan.num_splits);
+            assert!(err < 1e-2, "{lens:?} {what}: relerr {err}");
+            outputs.push(out);
+        }
+        let table_f64: Vec<f64> = outputs[1].iter().map(|&x| x as f64).collect();
+        let apart = relative_error(&outputs[0], &table_f64);
+        assert!(apart < 1e-2, "{lens:?}: the two orders differ by {apart}");
+        assert!(outputs[0] != outputs[1], "{lens:?}: bit for bit the table's order; did the sorted entry point run?");
+    }
+    // Captured at 2 x 30000 tokens, replayed at 30000 and 1000, then 513 and 0.
+    let p = problem(KvLayout::block_table(16), vec![30000; 2]);
+    let plan = plan_as_on_an_h200(&address, &p);
+    let batch = HostBatch::random(&p, 53);
+    let mut device = DeviceBatch::new(&address, &batch, plan.workspace_bytes);
+    let graph = address.capture(&mut || address.decode(&plan, device.args(true))).unwrap();
+    for replay_lens in [[30000u32, 1000], [513, 0]] {
+        address.upload(&mut device.seq_lens, &i32_bytes(&replay_lens.map(|s| s as i32))).unwrap();
+        address.upload(&mut device.out, &nan_bytes(DType::Bf16, p.out_bytes())).unwrap();
+        graph.replay().unwrap();
+        let got = download_f32(&address, &device.out, DType::Bf16);
+        let expected = decode_reference(&batch.at_lengths(&replay_lens), p.shape.default_scale());
+        let err = relative_error(&got, &expected);
+        assert!(err < 1e-2, "replay at {replay_lens:?}: relerr {err}");
+    }
+}
