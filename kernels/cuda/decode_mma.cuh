@@ -233,7 +233,7 @@ DA_DEVICE int sort_tile_entries(const DecodeParams& p, int* buffer, const int* i
 // separate function leaves the power-of-two one's code as it was.
 // SORTED (the `_sorted` entry points): the CTA visits its split's whole
 // tiles in the order of their blocks' addresses, not the table's (see
-// sort_tile_entries below).
+// sort_tile_entries above).
 template <typename T, int HEAD_DIM, bool POW2_BLOCKS, bool SORTED = false>
 DA_DEVICE void decode_mma_item(const DecodeParams& p, const CtaWork& work) {
     using G = MmaGeometry<HEAD_DIM>;
