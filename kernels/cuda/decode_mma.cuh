@@ -190,7 +190,7 @@ DA_DEVICE void store_warp_state(const DecodeParams& p, const float (&m)[2], cons
 // with INT_MAX to a power of two, and sort them (bitonic); returns how many
 // there are, or 0 (the table's order) where the CTA does not sort. Every
 // branch is uniform over the CTA.
-#define DECODE_MMA_SORT_MIN_TILES 32
+#define DECODE_MMA_SORT_MIN_TILES 32  // lib.rs SORT_MIN_TILES
 template <int THREADS>
 DA_DEVICE int sort_tile_entries(const DecodeParams& p, int* buffer, const int* index, long long start,
                                 long long end, bool warp_splits, bool block_table) {
@@ -355,13 +355,9 @@ DA_DEVICE void decode_mma_item(const DecodeParams& p, const CtaWork& work) {
     // entry, so the rows past the end are masked as before; the slot guard
     // in `locate` reads whichever entry comes). Softmax and sums do not
     // depend on the order of the tiles.
-    int sorted_tiles = 0;
-    const int* sorted = nullptr;
-    if constexpr (SORTED) {
-        int* buffer = reinterpret_cast<int*>(mma_ring + G::SMEM_BYTES);
-        sorted_tiles = sort_tile_entries<DECODE_THREADS>(p, buffer, index, start, end, warp_splits, block_table);
-        sorted = buffer;
-    }
+    int* const sorted = reinterpret_cast<int*>(mma_ring + G::SMEM_BYTES);
+    const int sorted_tiles =
+        SORTED ? sort_tile_entries<DECODE_THREADS>(p, sorted, index, start, end, warp_splits, block_table) : 0;
     auto entry = [&](long long first) {
         if constexpr (SORTED) {
             const int k = (int)((first - start) >> 4);

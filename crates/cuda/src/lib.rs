@@ -215,10 +215,10 @@ pub struct CudaOptions {
 ///
 /// `Address` takes the `_sorted` entry points for plain block-table launches
 /// with 16-token blocks (a tile is a block), one split per CTA and head dims
-/// up to 128: a CTA whose split has 32 to [`SORT_MAX_TILES`] whole tiles
-/// sorts their block-table entries in shared memory (8 KiB after its ring)
-/// before its first copy and visits the blocks in ascending order, keeping
-/// each tile's token range. On the layout probe (the kernel's copy pipeline
+/// up to 128: a CTA whose split has [`SORT_MIN_TILES`] to
+/// [`SORT_MAX_TILES`] whole tiles sorts their block-table entries in shared
+/// memory (8 KiB after its ring) before its first copy and visits the
+/// blocks in ascending order, keeping each tile's token range. On the layout probe (the kernel's copy pipeline
 /// without its math, an H100, s48), a split visited that way streams
 /// 0.4-1.9% faster than in the order of a shuffled table, as every CTA then
 /// walks the pool from its low end up (docs/PERFORMANCE.md, s48).
@@ -237,6 +237,11 @@ pub enum TileOrder {
 /// Entries the `_sorted` entry points' sort buffer holds (a power of two):
 /// a split with more whole tiles keeps the table's order.
 pub const SORT_MAX_TILES: u32 = 2048;
+
+/// Whole tiles a split needs for the `_sorted` entry points to sort it
+/// (DECODE_MMA_SORT_MIN_TILES in kernels/cuda/decode_mma.cuh); the host
+/// launches them only where the planned splits are at least this long.
+pub const SORT_MIN_TILES: u32 = 32;
 
 /// Whether `auto` gives a plan of equal lengths (the graph an engine captures
 /// for a batch size) a split rule cut by the batch
@@ -881,7 +886,7 @@ impl CudaBackend {
             && matches!(problem.layout, KvLayout::BlockTable { kernel_block_size: 16, .. })
             && problem.shape.head_dim <= 128
             && launch.splits_per_cta == 1
-            && plan.rule.split(problem.max_seq_len()).tiles_per_split >= 32
+            && plan.rule.split(problem.max_seq_len()).tiles_per_split >= SORT_MIN_TILES
             && (launch.shared_mem_bytes + 4 * SORT_MAX_TILES) as usize <= self.max_shared_per_cta
     }
 
