@@ -226,7 +226,7 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
     let mut queries = std::mem::take(&mut scratch.tiles);
     build_queries(&scratch.q, layout, &mut queries);
     for acc in state.acc.chunks_exact_mut(g * d) {
-        to_tile_order(acc, layout);
+        reorder(acc, layout, Order::ToTiles);
     }
     let scale = work.q_scale;
     let steps = work.kv_heads * 2 * layout.chunks;
@@ -248,7 +248,7 @@ pub(crate) unsafe fn attend(kv: Elt, work: &Work<'_>, state: &mut State, scratch
     // SAFETY: returns the tile registers to their initial state.
     asm!("tilerelease", options(nostack, nomem));
     for acc in state.acc.chunks_exact_mut(g * d) {
-        from_tile_order(acc, layout);
+        reorder(acc, layout, Order::FromTiles);
     }
     scratch.tiles = queries;
     true
@@ -280,27 +280,29 @@ fn build_queries(q: &[f32], layout: Layout, out: &mut Vec<f32>) {
 /// A KV head's accumulator at most: `MAX_GROUP` heads of `32 * MAX_CHUNKS`.
 const MAX_ACC: usize = MAX_GROUP * 32 * MAX_CHUNKS;
 
-/// Puts one KV head's accumulator (`[g, d]`, `g * d <= MAX_ACC`) into tile
-/// order ([`Layout::position`]).
-fn to_tile_order(acc: &mut [f32], layout: Layout) {
-    let d = 32 * layout.chunks;
-    let mut natural = [0.0f32; MAX_ACC];
-    natural[..acc.len()].copy_from_slice(acc);
-    for h in 0..layout.g {
-        for j in 0..d {
-            acc[layout.position(h, j)] = natural[h * d + j];
-        }
-    }
+/// Which way [`reorder`] moves an accumulator.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Order {
+    /// From natural (`[g, d]`) to tile order ([`Layout::position`]).
+    ToTiles,
+    /// From tile order back to natural.
+    FromTiles,
 }
 
-/// Undoes [`to_tile_order`].
-fn from_tile_order(acc: &mut [f32], layout: Layout) {
+/// Moves one KV head's accumulator (`g * d <= MAX_ACC` values) between its
+/// natural order and tile order, through a stack copy (the permutation has
+/// cycles, so it cannot be done in place element by element).
+fn reorder(acc: &mut [f32], layout: Layout, order: Order) {
     let d = 32 * layout.chunks;
-    let mut tiled = [0.0f32; MAX_ACC];
-    tiled[..acc.len()].copy_from_slice(acc);
+    let mut copy = [0.0f32; MAX_ACC];
+    copy[..acc.len()].copy_from_slice(acc);
     for h in 0..layout.g {
         for j in 0..d {
-            acc[h * d + j] = tiled[layout.position(h, j)];
+            let (natural, tiled) = (h * d + j, layout.position(h, j));
+            match order {
+                Order::ToTiles => acc[tiled] = copy[natural],
+                Order::FromTiles => acc[natural] = copy[tiled],
+            }
         }
     }
 }
@@ -669,11 +671,11 @@ mod tests {
             assert!(seen.iter().all(|&s| s), "g={g} d={d}");
             let original: Vec<f32> = (0..g * d).map(|i| i as f32).collect();
             let mut x = original.clone();
-            to_tile_order(&mut x, layout);
+            reorder(&mut x, layout, Order::ToTiles);
             let half = layout.half;
             assert_eq!(x[1], 2.0, "g={g}: row 0 (head 0's even columns) holds column 2 second");
             assert_eq!(x[half * 16], 1.0, "g={g}: row `half` starts with head 0's column 1");
-            from_tile_order(&mut x, layout);
+            reorder(&mut x, layout, Order::FromTiles);
             assert_eq!(x, original);
         }
         for (g, d) in [(3, 128), (9, 128), (11, 64), (17, 64), (8, 192), (8, 80)] {
