@@ -178,51 +178,6 @@ DA_DEVICE void store_warp_state(const DecodeParams& p, const float (&m)[2], cons
     }
 }
 
-// The split's tiles in the order of their blocks' addresses (the `_sorted`
-// entry points): a split whose blocks are visited in ascending order
-// streams 0.4-1.9% faster than in the order of a shuffled table, as every
-// CTA then walks the pool from its low end up (layout probe `nhd-sort`,
-// docs/PERFORMANCE.md, s48). Where the CTA takes one split (not one per
-// warp) of a block table with 16-token blocks (a tile is a block), and its
-// whole tiles number from DECODE_MMA_SORT_MIN_TILES to p.sort_tiles (a
-// power of two; the host adds 4 * sort_tiles bytes of shared memory after
-// the ring), all threads load those tiles' entries into `buffer`, padded
-// with INT_MAX to a power of two, and sort them (bitonic); returns how many
-// there are, or 0 (the table's order) where the CTA does not sort. Every
-// branch is uniform over the CTA.
-#define DECODE_MMA_SORT_MIN_TILES 32  // lib.rs SORT_MIN_TILES
-template <int THREADS>
-DA_DEVICE int sort_tile_entries(const DecodeParams& p, int* buffer, const int* index, long long start,
-                                long long end, bool warp_splits, bool block_table) {
-    const long long whole = (end - start) / DECODE_TILE_TOKENS;
-    const int capacity = p.sort_tiles;
-    if (warp_splits || !block_table || p.block_size != DECODE_TILE_TOKENS || capacity <= 0 ||
-        (capacity & (capacity - 1)) != 0 || whole < DECODE_MMA_SORT_MIN_TILES || whole > capacity)
-        return 0;
-    const int count = (int)whole;
-    int size = DECODE_MMA_SORT_MIN_TILES;
-    while (size < count) size <<= 1;
-    const int* row = index + (int)(start / DECODE_TILE_TOKENS);
-    for (int i = threadIdx.x; i < size; i += THREADS) buffer[i] = i < count ? __ldg(row + i) : 0x7fffffff;
-    __syncthreads();
-    for (int run = 2; run <= size; run <<= 1) {
-        for (int stride = run >> 1; stride > 0; stride >>= 1) {
-            for (int i = threadIdx.x; i < size; i += THREADS) {
-                const int partner = i ^ stride;
-                if (partner > i) {
-                    const int a = buffer[i], b = buffer[partner];
-                    if ((a > b) == ((i & run) == 0)) {
-                        buffer[i] = b;
-                        buffer[partner] = a;
-                    }
-                }
-            }
-            __syncthreads();
-        }
-    }
-    return count;
-}
-
 // POW2_BLOCKS: a token's block-table position is a shift and a mask, as
 // every power-of-two block size allows: a division by the run-time block
 // size is about 20 dependent instructions on the path to the first KV copy.
@@ -231,10 +186,7 @@ DA_DEVICE int sort_tile_entries(const DecodeParams& p, int* buffer, const int* i
 // their own entry point: a version that chose between the two inside one
 // function made every small call 20-40% slower (docs/perf-notes.md), and a
 // separate function leaves the power-of-two one's code as it was.
-// SORTED (the `_sorted` entry points): the CTA visits its split's whole
-// tiles in the order of their blocks' addresses, not the table's (see
-// sort_tile_entries above).
-template <typename T, int HEAD_DIM, bool POW2_BLOCKS, bool SORTED = false>
+template <typename T, int HEAD_DIM, bool POW2_BLOCKS>
 DA_DEVICE void decode_mma_item(const DecodeParams& p, const CtaWork& work) {
     using G = MmaGeometry<HEAD_DIM>;
     using M = MmaElem<T>;
@@ -349,20 +301,7 @@ DA_DEVICE void decode_mma_item(const DecodeParams& p, const CtaWork& work) {
     // below is a compiler barrier, so a load placed after one waits for the
     // round trip before the next tile's copies can start (the timeline probe
     // showed the prologue's stages issued one L2 round trip apart).
-    // SORTED: the block of the k-th whole tile visited is the k-th smallest
-    // of the split's whole tiles' entries, while the tile keeps the k-th
-    // tile's token range (a partial last tile stays last and keeps its own
-    // entry, so the rows past the end are masked as before; the slot guard
-    // in `locate` reads whichever entry comes). Softmax and sums do not
-    // depend on the order of the tiles.
-    int* const sorted = reinterpret_cast<int*>(mma_ring + G::SMEM_BYTES);
-    const int sorted_tiles =
-        SORTED ? sort_tile_entries<DECODE_THREADS>(p, sorted, index, start, end, warp_splits, block_table) : 0;
     auto entry = [&](long long first) {
-        if constexpr (SORTED) {
-            const int k = (int)((first - start) >> 4);
-            if (first < end && k < sorted_tiles) return sorted[k];
-        }
         return block_table && first < end
                    ? __ldg(index + (POW2_BLOCKS ? (int)first >> block_shift : (int)first / block_divisor))
                    : 0;
@@ -680,7 +619,7 @@ DA_DEVICE_CALLED void decode_mma_later_items(const DecodeParams& p, int item) {
 // by the batch), pair blockIdx.y alone: the host launches as many CTAs as
 // the batch rule can make pairs, num_seqs * (batch_splits + 1), so there is
 // no later pair, no call, and no copy of the parameters on a stack.
-template <typename T, int HEAD_DIM, bool POW2_BLOCKS, bool PACKED, bool BATCH = false, bool SORTED = false>
+template <typename T, int HEAD_DIM, bool POW2_BLOCKS, bool PACKED, bool BATCH = false>
 DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     if constexpr (PACKED) {
         CtaWork work;
@@ -694,7 +633,7 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     } else {
         CtaWork work;
         if (!cta_work<DECODE_MMA_HEADS>(p, work)) return;
-        decode_mma_item<T, HEAD_DIM, POW2_BLOCKS, SORTED>(p, work);
+        decode_mma_item<T, HEAD_DIM, POW2_BLOCKS>(p, work);
     }
 }
 
@@ -717,14 +656,6 @@ DA_DEVICE void decode_mma_body(const DecodeParams& p) {
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \
         decode_mma_##TNAME##_d##D##_anyblock(const DecodeParams p) {                                         \
         decode_mma_body<T, D, false, false>(p);                                                           \
-    }
-// decode_mma_*_sorted: the plain grid with 16-token blocks, each split's
-// whole tiles visited in the order of their blocks' addresses
-// (sort_tile_entries; p.sort_tiles entries of shared memory after the ring).
-#define DA_MMA_SORTED_ENTRY(T, TNAME, D)                                                                  \
-    extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \
-        decode_mma_##TNAME##_d##D##_sorted(const DecodeParams p) {                                           \
-        decode_mma_body<T, D, true, false, false, true>(p);                                               \
     }
 #define DA_MMA_PACKED_ENTRY(T, TNAME, D)                                                                  \
     extern "C" __global__ void __launch_bounds__(DECODE_THREADS, MmaGeometry<D>::CTAS_PER_SM)             \

@@ -89,8 +89,6 @@ struct DecodeParams {
     int short_splits;        // 0, or the splits of a sequence of fewer than short_below_tiles tiles
     int short_below_tiles;
     int batch_splits;        // 0, or the rule cuts by the batch's mean length (see Splits)
-    int sort_tiles;          // 0, or (the tensor-core `_sorted` entry points) the entries of the
-                             // sort buffer after the ring, a power of two (decode_mma.cuh)
 };
 
 struct MergeParams {

@@ -79,11 +79,6 @@ pub struct DecodeParams {
     /// the rule cuts by the batch's mean length (only the tensor-core
     /// kernel's packed entry points and the stream reducer evaluate it).
     pub batch_splits: i32,
-    /// 0, or the entries of the sort buffer the tensor-core kernel's
-    /// `_sorted` entry points find after their ring (a power of two): they
-    /// visit a split's tiles in the order of their blocks' addresses. Set by
-    /// the CUDA backend with the launch.
-    pub sort_tiles: i32,
 }
 
 /// `DECODE_GRID_SEQS_FIRST`: the grid is `(num_seqs, head CTAs, num_splits)`.
@@ -179,7 +174,6 @@ impl DecodeParams {
             short_below_tiles: plan.rule.short_below_tiles.min(i32::MAX as u32) as i32,
             // Below num_splits (at most MAX_SPLITS).
             batch_splits: plan.rule.batch_splits.min(i32::MAX as u32) as i32,
-            sort_tiles: 0,
         })
     }
 }
@@ -300,8 +294,8 @@ mod tests {
 
     #[test]
     fn layout_matches_decode_params_h() {
-        // 11 pointers, 2 long longs, 14 ints and a float, padded to 8.
-        assert_eq!(size_of::<DecodeParams>(), 168);
+        // 11 pointers, 2 long longs, 13 ints and a float.
+        assert_eq!(size_of::<DecodeParams>(), 160);
         assert_eq!(align_of::<DecodeParams>(), 8);
         let pointers = [
             offset_of!(DecodeParams, q),
@@ -334,9 +328,8 @@ mod tests {
             offset_of!(DecodeParams, short_splits),
             offset_of!(DecodeParams, short_below_tiles),
             offset_of!(DecodeParams, batch_splits),
-            offset_of!(DecodeParams, sort_tiles),
         ];
-        assert_eq!(words, [104, 108, 112, 116, 120, 124, 128, 132, 136, 140, 144, 148, 152, 156, 160]);
+        assert_eq!(words, [104, 108, 112, 116, 120, 124, 128, 132, 136, 140, 144, 148, 152, 156]);
     }
 
     #[test]
@@ -389,7 +382,6 @@ mod tests {
                 "short_splits",
                 "short_below_tiles",
                 "batch_splits",
-                "sort_tiles",
             ]
         );
     }

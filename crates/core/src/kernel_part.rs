@@ -92,7 +92,6 @@ mod tests {
         let part = |name| KernelPart::of_function(name).map(|p| p.to_string());
         // decode.cu's names.
         assert_eq!(part("decode_mma_bf16_d128_anyblock").as_deref(), Some("bf16 head_dim 128"));
-        assert_eq!(part("decode_mma_f16_d64_sorted").as_deref(), Some("f16 head_dim 64"));
         assert_eq!(part("decode_stream_reduce_wide_f16_d256").as_deref(), Some("f16 head_dim 256"));
         assert_eq!(part("decode_stream_f32_d64_h8").as_deref(), Some("f32 head_dim 64"));
         assert_eq!(part("merge_attn_states_bf16").as_deref(), Some("bf16 head_dim 0"));

@@ -197,8 +197,6 @@ pub struct CudaOptions {
     pub packing: Packing,
     /// Whether `auto` cuts a plan of equal lengths by the batch.
     pub batch_rule: BatchRule,
-    /// In which order the tensor-core kernel's CTAs visit their split's tiles.
-    pub tile_order: TileOrder,
     /// The streaming bandwidth (GB/s) `auto` plans for; `None`, the default,
     /// takes 0.9 of the peak the device's memory clock and bus width give
     /// (about 4330 on an H200), but no less than the H200's figure
@@ -208,40 +206,6 @@ pub struct CudaOptions {
     /// depend on it (`Some(3020.0)` gives an H100's own plans).
     pub plan_bandwidth_gbps: Option<f64>,
 }
-
-/// In which order a CTA of the tensor-core kernel visits the tiles of its
-/// split. Every order computes the same sums (softmax and P·V do not depend
-/// on it) up to the rounding of their order.
-///
-/// `Address` takes the `_sorted` entry points for plain block-table launches
-/// with 16-token blocks (a tile is a block), one split per CTA and head dims
-/// up to 128: a CTA whose split has [`SORT_MIN_TILES`] to
-/// [`SORT_MAX_TILES`] whole tiles sorts their block-table entries in shared
-/// memory (8 KiB after its ring) before its first copy and visits the
-/// blocks in ascending order, keeping each tile's token range. On the layout probe (the kernel's copy pipeline
-/// without its math, an H100, s48), a split visited that way streams
-/// 0.4-1.9% faster than in the order of a shuffled table, as every CTA then
-/// walks the pool from its low end up (docs/PERFORMANCE.md, s48).
-///
-/// `Table`, the default, until the kernel itself is timed that way on the
-/// H200.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum TileOrder {
-    /// The order of the block table.
-    #[default]
-    Table,
-    /// Ascending block addresses, where the `_sorted` entry points apply.
-    Address,
-}
-
-/// Entries the `_sorted` entry points' sort buffer holds (a power of two):
-/// a split with more whole tiles keeps the table's order.
-pub const SORT_MAX_TILES: u32 = 2048;
-
-/// Whole tiles a split needs for the `_sorted` entry points to sort it
-/// (DECODE_MMA_SORT_MIN_TILES in kernels/cuda/decode_mma.cuh); the host
-/// launches them only where the planned splits are at least this long.
-pub const SORT_MIN_TILES: u32 = 32;
 
 /// Whether `auto` gives a plan of equal lengths (the graph an engine captures
 /// for a batch size) a split rule cut by the batch
@@ -380,8 +344,7 @@ impl CudaOptions {
     /// `DECODE_ATTN_CUDA_KERNEL=auto|mma|stream|staged|kvgrid`, `DECODE_ATTN_CUDA_HEADS_PER_CTA=1|2|4|8`,
     /// `DECODE_ATTN_CUDA_PDL=off|reducer|all`, `DECODE_ATTN_CUDA_GRID=auto|seqs|heads`,
     /// `DECODE_ATTN_CUDA_WARP_SPLITS=auto|off`, `DECODE_ATTN_CUDA_PACKED=auto|off|always|plan`,
-    /// `DECODE_ATTN_CUDA_BATCH_RULE=off|auto`, `DECODE_ATTN_CUDA_TILE_ORDER=table|address`,
-    /// `DECODE_ATTN_CUDA_PLAN_GBPS=<GB/s>`
+    /// `DECODE_ATTN_CUDA_BATCH_RULE=off|auto`, `DECODE_ATTN_CUDA_PLAN_GBPS=<GB/s>`
     /// and the cache folder of [`default_cache_dir`].
     pub fn from_env() -> Result<Self> {
         let kernels = env::choice(
@@ -449,12 +412,6 @@ impl CudaOptions {
             BatchRule::default(),
             &[("off", BatchRule::Off), ("auto", BatchRule::Auto)],
         )?;
-        let tile_order = env::choice(
-            BACKEND,
-            "DECODE_ATTN_CUDA_TILE_ORDER",
-            TileOrder::default(),
-            &[("table", TileOrder::Table), ("address", TileOrder::Address)],
-        )?;
         let plan_bandwidth_gbps = env::positive_number(BACKEND, "DECODE_ATTN_CUDA_PLAN_GBPS")?;
         Ok(CudaOptions {
             plan_bandwidth_gbps,
@@ -467,7 +424,6 @@ impl CudaOptions {
             warp_splits,
             packing,
             batch_rule,
-            tile_order,
         })
     }
 }
@@ -579,7 +535,6 @@ pub struct CudaBackend {
     warp_splits: WarpSplits,
     packing: Packing,
     batch_rule: BatchRule,
-    tile_order: TileOrder,
     /// Shared memory one CTA may opt in to (232448 bytes on sm_90, 166912 on
     /// sm_80): whether the tensor-core kernel's head_dim 256 fits.
     max_shared_per_cta: usize,
@@ -667,7 +622,6 @@ impl CudaBackend {
             warp_splits: options.warp_splits,
             packing: options.packing,
             batch_rule: options.batch_rule,
-            tile_order: options.tile_order,
             max_shared_per_cta,
         };
         // The kernel in use at a Llama-3-8B layer (bf16, d = 128, 16-token
@@ -798,11 +752,6 @@ impl CudaBackend {
                     format!("decode_stream_reduce_batch_{}_d{}", dtype_suffix(problem.dtypes.q), shape.head_dim);
             }
         }
-        if packed_pairs.is_none() && self.sorts_tiles(plan, &launch) {
-            launch.main.push_str("_sorted");
-            launch.shared_mem_bytes += 4 * SORT_MAX_TILES;
-            params.sort_tiles = SORT_MAX_TILES as i32;
-        }
         params.grid_order = launch.grid_order;
         params.splits_per_cta = launch.splits_per_cta;
         let params = ByValue(params);
@@ -870,24 +819,6 @@ impl CudaBackend {
         // SAFETY: `params` matches `MergeParams`; `MergeArgs::check` verified
         // every buffer's size for these token, head and dim counts.
         unsafe { self.launch(stream, &f, config, &params, false) }
-    }
-
-    /// Whether a plain launch of `plan` takes the `_sorted` entry point
-    /// ([`TileOrder::Address`]): the tensor-core kernel on a block table of
-    /// 16-token blocks, one split per CTA, head dims up to 128, the longest
-    /// sequence's splits of at least 32 tiles, and room for the sort buffer
-    /// beside the ring in what a CTA may opt in to. With 8 KiB more, two
-    /// CTAs still fit on an sm_90 multiprocessor and one on an sm_80, as
-    /// the planner counted them.
-    fn sorts_tiles(&self, plan: &Plan, launch: &Launch) -> bool {
-        let problem = &plan.problem;
-        self.tile_order == TileOrder::Address
-            && self.kernel_for(problem) == DecodeKernel::Mma
-            && matches!(problem.layout, KvLayout::BlockTable { kernel_block_size: 16, .. })
-            && problem.shape.head_dim <= 128
-            && launch.splits_per_cta == 1
-            && plan.rule.split(problem.max_seq_len()).tiles_per_split >= SORT_MIN_TILES
-            && (launch.shared_mem_bytes + 4 * SORT_MAX_TILES) as usize <= self.max_shared_per_cta
     }
 
     fn heads_first(&self, grid: (u32, u32, u32), head_dim: usize) -> bool {

@@ -41,6 +41,13 @@
 //   nhd-ksort  nhd-shuf, the kernel sorting its split's entries itself: all
 //              128 threads load them into shared memory and sort them there
 //              (bitonic) before the first copy, so the sort's cost is in;
+//   nhd-b16/64/256 nhd-shuf with each split's entries in coarse address
+//              order: stably sorted by bucket, the pool cut into 16 (64,
+//              256) equal ranges of blocks, the table's order within one;
+//   nhd-kb64/256 the same order made by the kernel itself (a counting sort
+//              of its entries into 64 (256) buckets in shared memory before
+//              the first copy: two passes over the entries, shared atomics,
+//              three barriers), its cost in;
 //   nhd-run4/16 the pool shuffled in runs of 4 (16) consecutive blocks, in
 //              order within a run: what an allocator that hands out a few
 //              blocks at a time in order buys.
@@ -86,8 +93,13 @@ struct Args {
     int touch_steps;     // 0, or how many of the warp's tiles beyond the copies a line of K and V is touched
     int touch_load;      // 1: the touch is a load, not a prefetch
     int kernel_sort;     // 1: the CTA sorts its entries of the table in shared memory first (not stream_k, per_head 0)
+    int kernel_buckets;  // 0, or the CTA puts its entries in this many buckets of the pool first (counting sort)
+    int bucket_shift;    // an entry's bucket is entry >> bucket_shift (< kernel_buckets)
     unsigned* sink;
 };
+
+constexpr int SORT_MAX = 2048;  // entries a CTA sorts (nhd-ksort, nhd-kb*): 8 KiB after the ring
+constexpr int MAX_BUCKETS = 256;  // nhd-kb*'s counts, after the entries
 
 __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -137,12 +149,45 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
             }
         }
     }
+    if (a.kernel_buckets) {
+        int* counts = sorted + SORT_MAX;
+        const long long pair = begin / pair_tiles;
+        const int b = (int)(pair / a.num_kv_heads);
+        const int* row = w.table + (long long)b * pair_tiles + (begin - pair * pair_tiles);
+        const int n = (int)(end - begin);
+        for (int i = threadIdx.x; i < a.kernel_buckets; i += blockDim.x) counts[i] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) atomicAdd(&counts[__ldg(row + i) >> a.bucket_shift], 1);
+        __syncthreads();
+        if (warp == 0) {  // exclusive scan: each lane takes a run of kernel_buckets / 32 counts
+            const int per_lane = a.kernel_buckets / 32;
+            int sum = 0;
+            for (int j = 0; j < per_lane; ++j) sum += counts[lane * per_lane + j];
+            int before = sum;
+            for (int d = 1; d < 32; d <<= 1) {
+                const int x = __shfl_up_sync(0xffffffffu, before, d);
+                if (lane >= d) before += x;
+            }
+            before -= sum;
+            for (int j = 0; j < per_lane; ++j) {
+                const int c = counts[lane * per_lane + j];
+                counts[lane * per_lane + j] = before;
+                before += c;
+            }
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const int entry = __ldg(row + i);
+            sorted[atomicAdd(&counts[entry >> a.bucket_shift], 1)] = entry;
+        }
+        __syncthreads();
+    }
     auto tile_base = [&](long long flat) {
         const long long pair = flat / pair_tiles;
         const int tile = (int)(flat - pair * pair_tiles);
         const int b = (int)(pair / a.num_kv_heads), h = (int)(pair - (long long)b * a.num_kv_heads);
         const long long idx = w.per_head ? flat : (long long)b * pair_tiles + tile;
-        const int entry = a.kernel_sort ? sorted[flat - begin] : __ldg(w.table + idx);
+        const int entry = a.kernel_sort || a.kernel_buckets ? sorted[flat - begin] : __ldg(w.table + idx);
         return (long long)entry * w.block_bytes + h * w.head_bytes;
     };
     unsigned acc = 0, pending = 0;
@@ -192,9 +237,8 @@ struct Shape {
     const char* name;
     int num_seqs, num_kv_heads, seq_len, num_splits;
 };
-enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, NHD_T8, NHD_T16, NHD_L8, NHD_SORT, NHD_RUN4, NHD_RUN16, NHD_WSORT, NHD_KSORT, LAYOUTS };
-constexpr int SORT_MAX = 2048;  // entries a CTA sorts (nhd-ksort): 8 KiB after the ring
-static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local", "nhd-t8", "nhd-t16", "nhd-l8", "nhd-sort", "nhd-run4", "nhd-run16", "nhd-wsort", "nhd-ksort"};
+enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, NHD_T8, NHD_T16, NHD_L8, NHD_SORT, NHD_RUN4, NHD_RUN16, NHD_WSORT, NHD_KSORT, NHD_B16, NHD_B64, NHD_B256, NHD_KB64, NHD_KB256, LAYOUTS };
+static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local", "nhd-t8", "nhd-t16", "nhd-l8", "nhd-sort", "nhd-run4", "nhd-run16", "nhd-wsort", "nhd-ksort", "nhd-b16", "nhd-b64", "nhd-b256", "nhd-kb64", "nhd-kb256"};
 
 int main(int argc, char** argv) {
     // ./layout [rounds [layouts]]: layouts a bit mask of the Layout enum (default all).
@@ -210,7 +254,7 @@ int main(int argc, char** argv) {
     PROBE_CHECK(cudaStreamCreate(&st));
     unsigned* sink;
     PROBE_CHECK(cudaMalloc(&sink, 16));
-    PROBE_CHECK(cudaFuncSetAttribute(stream_kv, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES + 4 * SORT_MAX));
+    PROBE_CHECK(cudaFuncSetAttribute(stream_kv, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES + 4 * (SORT_MAX + MAX_BUCKETS)));
     int sms = 0;
     PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     cudaDeviceProp prop;
@@ -264,6 +308,29 @@ int main(int argc, char** argv) {
                 for (long long at = first; at < std::min(tiles, first + per_split); at += 64)
                     std::sort(wsorted.begin() + b * tiles + at,
                               wsorted.begin() + b * tiles + std::min({tiles, first + per_split, at + 64}));
+        // Each split's entries stably sorted by bucket (entry >> shift, under
+        // 16, 64 or 256 buckets).
+        auto shift_for = [&](int buckets) {
+            int shift = 0;
+            while (((num_blocks - 1) >> shift) >= buckets) ++shift;
+            return shift;
+        };
+        auto bucketed = [&](int buckets) {
+            const int shift = shift_for(buckets);
+            std::vector<int> table = shuffled;
+            for (long long b = 0; b < sh.num_seqs; ++b)
+                for (long long first = 0; first < tiles; first += per_split)
+                    std::stable_sort(table.begin() + b * tiles + first,
+                                     table.begin() + b * tiles + std::min(tiles, first + per_split),
+                                     [&](int x, int y) { return (x >> shift) < (y >> shift); });
+            int* d;
+            PROBE_CHECK(cudaMalloc(&d, num_blocks * sizeof(int)));
+            PROBE_CHECK(cudaMemcpy(d, table.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
+            return d;
+        };
+        int* const b16_d = bucketed(16);
+        int* const b64_d = bucketed(64);
+        int* const b256_d = bucketed(256);
         int* wsorted_d;
         PROBE_CHECK(cudaMalloc(&wsorted_d, num_blocks * sizeof(int)));
         PROBE_CHECK(cudaMemcpy(wsorted_d, wsorted.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
@@ -289,7 +356,8 @@ int main(int argc, char** argv) {
         for (int round = 0; round < rounds; ++round) {
             for (int layout = 0; layout < LAYOUTS; ++layout) {
                 if (!(chosen >> layout & 1u)) continue;
-                if (layout == NHD_KSORT && per_split > SORT_MAX) continue;  // more entries than the CTA sorts
+                const int kernel_buckets = layout == NHD_KB64 ? 64 : layout == NHD_KB256 ? 256 : 0;
+                if ((layout == NHD_KSORT || kernel_buckets) && per_split > SORT_MAX) continue;  // more entries than the CTA sorts
                 Where w{};
                 switch (layout) {
                     case NHD_SHUF:
@@ -303,8 +371,13 @@ int main(int argc, char** argv) {
                     case NHD_ORDER: w = {ordered_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_LOCAL: w = {local_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_WSORT: w = {wsorted_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
+                    case NHD_KB64:
+                    case NHD_KB256:
                     case NHD_KSORT: w = {shuffled_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_SORT: w = {sorted_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
+                    case NHD_B16: w = {b16_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
+                    case NHD_B64: w = {b64_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
+                    case NHD_B256: w = {b256_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_RUN4: w = {run4_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_RUN16: w = {run16_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case HND_SHUF: w = {shuffled_d, 0, block_all, TILE * head_row, head_row}; break;
@@ -320,8 +393,10 @@ int main(int argc, char** argv) {
                     const int touch_steps = layout == NHD_T8 || layout == NHD_L8 ? 8 : layout == NHD_T16 ? 16 : 0;
                     const int kernel_sort = layout == NHD_KSORT;
                     Args a{k,        k + side_bytes, w,           sh.num_seqs, sh.num_kv_heads, (int)tiles, sh.num_splits,
-                           stream_k, prefetch_steps, touch_steps, layout == NHD_L8, kernel_sort, sink};
-                    stream_kv<<<grid, 128, RING_BYTES + (kernel_sort ? 4 * SORT_MAX : 0), st>>>(a);
+                           stream_k, prefetch_steps, touch_steps, layout == NHD_L8, kernel_sort, kernel_buckets,
+                           kernel_buckets ? shift_for(kernel_buckets) : 0, sink};
+                    const int extra = kernel_sort ? 4 * SORT_MAX : kernel_buckets ? 4 * (SORT_MAX + MAX_BUCKETS) : 0;
+                    stream_kv<<<grid, 128, RING_BYTES + extra, st>>>(a);
                 });
                 us[layout].push_back(t);
             }
@@ -349,6 +424,9 @@ int main(int argc, char** argv) {
         PROBE_CHECK(cudaFree(wsorted_d));
         PROBE_CHECK(cudaFree(run4_d));
         PROBE_CHECK(cudaFree(run16_d));
+        PROBE_CHECK(cudaFree(b16_d));
+        PROBE_CHECK(cudaFree(b64_d));
+        PROBE_CHECK(cudaFree(b256_d));
     }
     PROBE_CHECK(cudaGetLastError());
     return 0;

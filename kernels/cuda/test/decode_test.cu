@@ -117,15 +117,11 @@ struct MmaKerns {
     MmaKern packed;    // the first over packed (sequence, split) pairs
     MmaKern batch;         // one packed pair per CTA, for plans cut by the batch
     MmaKern batch_reduce;  // the stream reducer of plans cut by the batch
-    MmaKern sorted;        // the plain grid, each split's tiles in the order of their blocks' addresses
 };
 #define MK(TN, DTV, D)                                                                                        \
     {DTV, D, decode_mma_##TN##_d##D, decode_mma_##TN##_d##D##_anyblock, decode_mma_##TN##_d##D##_packed, \
-     decode_mma_##TN##_d##D##_batch, decode_stream_reduce_batch_##TN##_d##D, decode_mma_##TN##_d##D##_sorted}
-#define MK256(TN, DTV) \
-    {DTV, 256, decode_mma_##TN##_d256, decode_mma_##TN##_d256_anyblock, nullptr, nullptr, nullptr, nullptr}
-// Entries of the `_sorted` entry points' sort buffer, as lib.rs SORT_MAX_TILES.
-#define SORT_MAX_TILES 2048
+     decode_mma_##TN##_d##D##_batch, decode_stream_reduce_batch_##TN##_d##D}
+#define MK256(TN, DTV) {DTV, 256, decode_mma_##TN##_d256, decode_mma_##TN##_d256_anyblock, nullptr, nullptr, nullptr}
 #define MK_ALL(TN, DTV) \
     MK(TN, DTV, 64), MK(TN, DTV, 80), MK(TN, DTV, 96), MK(TN, DTV, 112), MK(TN, DTV, 120), MK(TN, DTV, 128), MK256(TN, DTV)
 static MmaKerns mma_kernels[] = {MK_ALL(f16, F16), MK_ALL(bf16, BF16)};
@@ -179,7 +175,6 @@ struct Case {
     int heads_cap = 8;  // the stream kernel's query heads per CTA, at most (DECODE_ATTN_CUDA_HEADS_PER_CTA)
     int packed = 0;     // the tensor-core kernel: > 0 launches this many CTAs per head CTA over packed pairs
     int batch_splits = 0;  // > 0 (packed only): the rule cuts by the batch's mean length (decode_params.h)
-    int sorted = 0;        // the tensor-core kernel: the `_sorted` entry point (SORT_MAX_TILES entries)
 };
 
 enum Kernel { STAGED = 0, STREAM = 1, MMA = 2 };
@@ -394,16 +389,7 @@ static void launch(const Problem& P, const DecodeParams& p, cudaStream_t s = 0, 
         if (batch)
             for (auto& k : mma_kernels)
                 if (k.dt == P.c.dt && k.d == P.c.d) main = k.batch;
-        // Sorted (as lib.rs launches TileOrder::Address): the buffer after the ring.
-        const bool sorted = P.c.sorted && !packed;
-        if (sorted) {
-            q.sort_tiles = SORT_MAX_TILES;
-            for (auto& k : mma_kernels)
-                if (k.dt == P.c.dt && k.d == P.c.d) main = k.sorted;
-        }
-        DA_LAUNCH_DYN(main, grid, DECODE_THREADS,
-                      (P.c.d > 128 ? MmaGeometry<256>::SMEM_BYTES : MmaGeometry<128>::SMEM_BYTES) +
-                          (sorted ? 4 * SORT_MAX_TILES : 0),
+        DA_LAUNCH_DYN(main, grid, DECODE_THREADS, P.c.d > 128 ? MmaGeometry<256>::SMEM_BYTES : MmaGeometry<128>::SMEM_BYTES,
                       s, q);
         // The reducer gets the decode kernel's parameters, as the backend
         // passes them: splits_per_cta tells it which rows a CTA wrote itself.
@@ -894,27 +880,6 @@ int main(int argc, char** argv) {
             c2.heads_cap = cap;
             check_case(c2, "stream heads cap, g 3");
         }
-    }
-    // Sorted: each split's whole tiles visited in the order of their blocks'
-    // addresses (the table is shuffled), a partial last tile last. Splits of
-    // 32 tiles and more sort (1000 tokens: 62 whole tiles and 8 tokens; 513:
-    // exactly 32 and 1 token), shorter ones (17 tokens) and other block sizes
-    // (the kernel's own fallback) keep the table's order; split plans, one
-    // split per warp (no sort: `mma warps`), the guards, head dim 64.
-    if (!pow2_entry) {
-        auto sorted = [](Case c, const char* label) {
-            c.sorted = 1;
-            check_case(c, label, 1 << MMA);
-        };
-        sorted({BF16, 128, 2, 4, 0, 16, {1000, 600, 513, 17, 0}, 1, 1, {}}, "sorted, unsplit");
-        sorted({F16, 128, 1, 8, 0, 16, {3000, 1500, 520}, 4, 1, {}}, "sorted, 4 splits");
-        sorted({BF16, 64, 2, 4, 0, 16, {5000, 40}, 2, 1, {}}, "sorted, d64, 157 whole tiles a split");
-        sorted({BF16, 128, 2, 4, 0, 32, {1000, 600}, 2, 1, {}}, "sorted entry, 32-token blocks: table order");
-        sorted({BF16, 128, 2, 4, 0, 16, {1000, 700, 900, 800, 600}, 2, 1, {NONE, NEG_LEN, BAD_SLOT, TOO_LONG, NONE}},
-               "sorted guards: negative, bad slot, too long");
-        sorted({BF16, 96, 1, 8, 0, 16, {32768}, 1, 1, {}}, "sorted, 2048 whole tiles (the buffer full)");
-        sorted({BF16, 96, 1, 8, 0, 16, {32769}, 1, 1, {}}, "sorted, 2048 whole tiles and a partial one");
-        sorted({BF16, 96, 1, 8, 0, 16, {33000}, 1, 1, {}}, "sorted, 2062 whole tiles: table order");
     }
     // Packed pairs (a ragged batch cut by a split length): as many CTAs as
     // pairs, more (the rest exit), and fewer (each CTA takes several pairs in
