@@ -47,7 +47,16 @@
 //   nhd-kb64/256 the same order made by the kernel itself (a counting sort
 //              of its entries into 64 (256) buckets in shared memory before
 //              the first copy: two passes over the entries, shared atomics,
-//              three barriers), its cost in;
+//              three barriers), its cost in; not stable: within a bucket
+//              the atomics' order, which differs run to run;
+//   nhd-kbs256 the same, stable: each warp takes a quarter of the entries
+//              in order, 32 at a time, and ranks them among its lanes
+//              (`__match_any_sync`) and its own counts, so the table's
+//              order holds within a bucket (deterministic, and an
+//              in-order table stays in order); four barriers.
+// The in-kernel orders are checked once per shape before timing: the first
+// CTA's entries come back from the kernel and must be a permutation of its
+// split's, in bucket order (sorted, for nhd-ksort), stable for nhd-kbs256.
 //   nhd-run4/16 the pool shuffled in runs of 4 (16) consecutive blocks, in
 //              order within a run: what an allocator that hands out a few
 //              blocks at a time in order buys.
@@ -95,11 +104,14 @@ struct Args {
     int kernel_sort;     // 1: the CTA sorts its entries of the table in shared memory first (not stream_k, per_head 0)
     int kernel_buckets;  // 0, or the CTA puts its entries in this many buckets of the pool first (counting sort)
     int bucket_shift;    // an entry's bucket is entry >> bucket_shift (< kernel_buckets)
+    int kernel_stable;   // 1: the bucketing keeps the table's order within a bucket
+    int* check;          // null, or where CTA (0, 0, 0) writes its entries in the order it visits them
     unsigned* sink;
 };
 
 constexpr int SORT_MAX = 2048;  // entries a CTA sorts (nhd-ksort, nhd-kb*): 8 KiB after the ring
-constexpr int MAX_BUCKETS = 256;  // nhd-kb*'s counts, after the entries
+constexpr int MAX_BUCKETS = 256;  // nhd-kb*'s counts, after the entries (one row a warp for nhd-kbs256)
+constexpr int PROBE_WARPS = 4;
 
 __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -149,7 +161,58 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
             }
         }
     }
-    if (a.kernel_buckets) {
+    if (a.kernel_buckets && a.kernel_stable) {
+        const int buckets = a.kernel_buckets, shift = a.bucket_shift;
+        const long long pair = begin / pair_tiles;
+        const int b = (int)(pair / a.num_kv_heads);
+        const int* row = w.table + (long long)b * pair_tiles + (begin - pair * pair_tiles);
+        const int n = (int)(end - begin);
+        int* const counts = sorted + SORT_MAX;  // [PROBE_WARPS][buckets]
+        for (int i = threadIdx.x; i < PROBE_WARPS * buckets; i += blockDim.x) counts[i] = 0;
+        __syncthreads();
+        const int per_warp = (n + PROBE_WARPS - 1) / PROBE_WARPS;
+        const int lo = min(n, warp * per_warp), hi = min(n, lo + per_warp);
+        int* const mine = counts + warp * buckets;
+        const unsigned below = (1u << lane) - 1;
+        for (int at = lo; at < hi; at += 32) {
+            const bool in = at + lane < hi;
+            const int bucket = in ? __ldg(row + at + lane) >> shift : -1 - lane;  // idle lanes match no one
+            const unsigned peers = __match_any_sync(0xffffffffu, bucket);
+            if (in && (peers & below) == 0) mine[bucket] += __popc(peers);
+            __syncwarp();
+        }
+        __syncthreads();
+        if (warp == 0) {  // bucket by bucket, warp by warp: where each warp's run of a bucket starts
+            const int per_lane = buckets / 32;
+            int sum = 0;
+            for (int j = 0; j < per_lane; ++j)
+                for (int v = 0; v < PROBE_WARPS; ++v) sum += counts[v * buckets + lane * per_lane + j];
+            int before = sum;
+            for (int d = 1; d < 32; d <<= 1) {
+                const int x = __shfl_up_sync(0xffffffffu, before, d);
+                if (lane >= d) before += x;
+            }
+            before -= sum;
+            for (int j = 0; j < per_lane; ++j)
+                for (int v = 0; v < PROBE_WARPS; ++v) {
+                    const int c = counts[v * buckets + lane * per_lane + j];
+                    counts[v * buckets + lane * per_lane + j] = before;
+                    before += c;
+                }
+        }
+        __syncthreads();
+        for (int at = lo; at < hi; at += 32) {
+            const bool in = at + lane < hi;
+            const int entry = in ? __ldg(row + at + lane) : 0;
+            const int bucket = in ? entry >> shift : -1 - lane;
+            const unsigned peers = __match_any_sync(0xffffffffu, bucket);
+            if (in) sorted[mine[bucket] + __popc(peers & below)] = entry;
+            __syncwarp();
+            if (in && (peers & below) == 0) mine[bucket] += __popc(peers);
+            __syncwarp();
+        }
+        __syncthreads();
+    } else if (a.kernel_buckets) {
         int* counts = sorted + SORT_MAX;
         const long long pair = begin / pair_tiles;
         const int b = (int)(pair / a.num_kv_heads);
@@ -182,6 +245,8 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
         }
         __syncthreads();
     }
+    if (a.check && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && (a.kernel_sort || a.kernel_buckets))
+        for (int i = threadIdx.x; i < (int)(end - begin); i += blockDim.x) a.check[i] = sorted[i];
     auto tile_base = [&](long long flat) {
         const long long pair = flat / pair_tiles;
         const int tile = (int)(flat - pair * pair_tiles);
@@ -237,8 +302,8 @@ struct Shape {
     const char* name;
     int num_seqs, num_kv_heads, seq_len, num_splits;
 };
-enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, NHD_T8, NHD_T16, NHD_L8, NHD_SORT, NHD_RUN4, NHD_RUN16, NHD_WSORT, NHD_KSORT, NHD_B16, NHD_B64, NHD_B256, NHD_KB64, NHD_KB256, LAYOUTS };
-static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local", "nhd-t8", "nhd-t16", "nhd-l8", "nhd-sort", "nhd-run4", "nhd-run16", "nhd-wsort", "nhd-ksort", "nhd-b16", "nhd-b64", "nhd-b256", "nhd-kb64", "nhd-kb256"};
+enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, NHD_T8, NHD_T16, NHD_L8, NHD_SORT, NHD_RUN4, NHD_RUN16, NHD_WSORT, NHD_KSORT, NHD_B16, NHD_B64, NHD_B256, NHD_KB64, NHD_KB256, NHD_KBS256, LAYOUTS };
+static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local", "nhd-t8", "nhd-t16", "nhd-l8", "nhd-sort", "nhd-run4", "nhd-run16", "nhd-wsort", "nhd-ksort", "nhd-b16", "nhd-b64", "nhd-b256", "nhd-kb64", "nhd-kb256", "nhd-kbs256"};
 
 int main(int argc, char** argv) {
     // ./layout [rounds [layouts]]: layouts a bit mask of the Layout enum (default all).
@@ -254,7 +319,9 @@ int main(int argc, char** argv) {
     PROBE_CHECK(cudaStreamCreate(&st));
     unsigned* sink;
     PROBE_CHECK(cudaMalloc(&sink, 16));
-    PROBE_CHECK(cudaFuncSetAttribute(stream_kv, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES + 4 * (SORT_MAX + MAX_BUCKETS)));
+    int* check_d;  // the first CTA's entries, in its order (SORT_MAX at most)
+    PROBE_CHECK(cudaMalloc(&check_d, SORT_MAX * sizeof(int)));
+    PROBE_CHECK(cudaFuncSetAttribute(stream_kv, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES + 4 * (SORT_MAX + PROBE_WARPS * MAX_BUCKETS)));
     int sms = 0;
     PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     cudaDeviceProp prop;
@@ -356,7 +423,8 @@ int main(int argc, char** argv) {
         for (int round = 0; round < rounds; ++round) {
             for (int layout = 0; layout < LAYOUTS; ++layout) {
                 if (!(chosen >> layout & 1u)) continue;
-                const int kernel_buckets = layout == NHD_KB64 ? 64 : layout == NHD_KB256 ? 256 : 0;
+                const int kernel_buckets = layout == NHD_KB64 ? 64 : layout == NHD_KB256 || layout == NHD_KBS256 ? 256 : 0;
+                const int kernel_stable = layout == NHD_KBS256;
                 if ((layout == NHD_KSORT || kernel_buckets) && per_split > SORT_MAX) continue;  // more entries than the CTA sorts
                 Where w{};
                 switch (layout) {
@@ -373,6 +441,7 @@ int main(int argc, char** argv) {
                     case NHD_WSORT: w = {wsorted_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_KB64:
                     case NHD_KB256:
+                    case NHD_KBS256:
                     case NHD_KSORT: w = {shuffled_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_SORT: w = {sorted_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_B16: w = {b16_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
@@ -387,15 +456,38 @@ int main(int argc, char** argv) {
                 const int stream_ctas = (layout == STREAM_K ? 2 : 1) * sms;
                 const dim3 grid = stream_k ? dim3(stream_ctas) : dim3(sh.num_seqs, sh.num_kv_heads, sh.num_splits);
                 const int calls = 8;
+                const int kernel_sort = layout == NHD_KSORT;
+                const int extra = kernel_sort      ? 4 * SORT_MAX
+                                  : kernel_buckets ? 4 * (SORT_MAX + PROBE_WARPS * MAX_BUCKETS)
+                                                   : 0;
+                const int bucket_shift = kernel_buckets ? shift_for(kernel_buckets) : 0;
+                if (round == 0 && (kernel_sort || kernel_buckets)) {
+                    // The first CTA's order, against its split's entries (sequence 0, split 0).
+                    const int n = (int)std::min<long long>(tiles, per_split);
+                    Args a{pool,     pool + side_bytes, w,           sh.num_seqs,  sh.num_kv_heads, (int)tiles,
+                           sh.num_splits, 0,           0,            0,            0,               kernel_sort,
+                           kernel_buckets, bucket_shift, kernel_stable, check_d,    sink};
+                    stream_kv<<<grid, 128, RING_BYTES + extra, st>>>(a);
+                    PROBE_CHECK(cudaStreamSynchronize(st));
+                    std::vector<int> got(n);
+                    PROBE_CHECK(cudaMemcpy(got.data(), check_d, n * sizeof(int), cudaMemcpyDeviceToHost));
+                    std::vector<int> want(shuffled.begin(), shuffled.begin() + n);
+                    const int key_shift = kernel_sort ? 0 : bucket_shift;
+                    auto key = [&](int x) { return x >> key_shift; };
+                    std::stable_sort(want.begin(), want.end(), [&](int x, int y) { return key(x) < key(y); });
+                    bool ok = std::is_permutation(got.begin(), got.end(), want.begin());
+                    for (int i = 0; ok && i < n; ++i) ok = key(got[i]) == key(want[i]);
+                    if (kernel_stable) ok = ok && got == want;
+                    printf("# %s %s: first CTA's %d entries %s\n", sh.name, layout_name[layout], n,
+                           ok ? "in the expected order" : "NOT in the expected order");
+                }
                 const double t = time_graph(st, calls, [&](int i) {
                     const char* k = pool + (size_t)(i % copies) * kv_bytes;
                     const int prefetch_steps = layout == NHD_PF2 ? 2 : layout == NHD_PF4 ? 4 : 0;
                     const int touch_steps = layout == NHD_T8 || layout == NHD_L8 ? 8 : layout == NHD_T16 ? 16 : 0;
-                    const int kernel_sort = layout == NHD_KSORT;
                     Args a{k,        k + side_bytes, w,           sh.num_seqs, sh.num_kv_heads, (int)tiles, sh.num_splits,
                            stream_k, prefetch_steps, touch_steps, layout == NHD_L8, kernel_sort, kernel_buckets,
-                           kernel_buckets ? shift_for(kernel_buckets) : 0, sink};
-                    const int extra = kernel_sort ? 4 * SORT_MAX : kernel_buckets ? 4 * (SORT_MAX + MAX_BUCKETS) : 0;
+                           bucket_shift, kernel_stable, nullptr, sink};
                     stream_kv<<<grid, 128, RING_BYTES + extra, st>>>(a);
                 });
                 us[layout].push_back(t);
