@@ -507,6 +507,7 @@ int main(int argc, char** argv) {
             for (double x : v) printf(" %.2f", x);
             printf("\n");
         }
+        fflush(stdout);  // a call cut short keeps the shapes done
         PROBE_CHECK(cudaFree(pool));
         PROBE_CHECK(cudaFree(shuffled_d));
         PROBE_CHECK(cudaFree(ordered_d));
