@@ -113,6 +113,29 @@ constexpr int SORT_MAX = 2048;  // entries a CTA sorts (nhd-ksort, nhd-kb*): 8 K
 constexpr int MAX_BUCKETS = 256;  // nhd-kb*'s counts, after the entries (one row a warp for nhd-kbs256)
 constexpr int PROBE_WARPS = 4;
 
+// Warp 0 turns `rows` rows of bucket counts (`counts[row * buckets +
+// bucket]`, buckets a multiple of 32) into where each row's run of each
+// bucket starts when the entries are laid out bucket by bucket, row by row
+// within a bucket: an exclusive scan, each lane a run of buckets / 32.
+__device__ void bucket_starts(int* counts, int buckets, int rows, int lane) {
+    const int per_lane = buckets / 32;
+    int sum = 0;
+    for (int j = 0; j < per_lane; ++j)
+        for (int r = 0; r < rows; ++r) sum += counts[r * buckets + lane * per_lane + j];
+    int before = sum;
+    for (int d = 1; d < 32; d <<= 1) {
+        const int x = __shfl_up_sync(0xffffffffu, before, d);
+        if (lane >= d) before += x;
+    }
+    before -= sum;
+    for (int j = 0; j < per_lane; ++j)
+        for (int r = 0; r < rows; ++r) {
+            const int c = counts[r * buckets + lane * per_lane + j];
+            counts[r * buckets + lane * per_lane + j] = before;
+            before += c;
+        }
+}
+
 __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -136,11 +159,12 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
     // kernel_sort: the CTA's entries, sorted, after the ring (padded with
     // INT_MAX to a power of two; at most SORT_MAX).
     int* sorted = reinterpret_cast<int*>(smem + RING_BYTES);
+    // The CTA's entries of the table (sequence-major, not stream_k), and how many.
+    const long long sort_pair = begin / pair_tiles;
+    const int* const row = w.table + sort_pair / a.num_kv_heads * pair_tiles + (begin - sort_pair * pair_tiles);
+    const int n = (int)(end - begin);
+    int* const counts = sorted + SORT_MAX;  // nhd-kb*: [rows][buckets] after the entries
     if (a.kernel_sort) {
-        const long long pair = begin / pair_tiles;
-        const int b = (int)(pair / a.num_kv_heads);
-        const int* row = w.table + (long long)b * pair_tiles + (begin - pair * pair_tiles);
-        const int n = (int)(end - begin);
         int size = 1;
         while (size < n) size <<= 1;
         for (int i = threadIdx.x; i < size; i += blockDim.x) sorted[i] = i < n ? __ldg(row + i) : 0x7fffffff;
@@ -163,11 +187,6 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
     }
     if (a.kernel_buckets && a.kernel_stable) {
         const int buckets = a.kernel_buckets, shift = a.bucket_shift;
-        const long long pair = begin / pair_tiles;
-        const int b = (int)(pair / a.num_kv_heads);
-        const int* row = w.table + (long long)b * pair_tiles + (begin - pair * pair_tiles);
-        const int n = (int)(end - begin);
-        int* const counts = sorted + SORT_MAX;  // [PROBE_WARPS][buckets]
         for (int i = threadIdx.x; i < PROBE_WARPS * buckets; i += blockDim.x) counts[i] = 0;
         __syncthreads();
         const int per_warp = (n + PROBE_WARPS - 1) / PROBE_WARPS;
@@ -182,24 +201,7 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
             __syncwarp();
         }
         __syncthreads();
-        if (warp == 0) {  // bucket by bucket, warp by warp: where each warp's run of a bucket starts
-            const int per_lane = buckets / 32;
-            int sum = 0;
-            for (int j = 0; j < per_lane; ++j)
-                for (int v = 0; v < PROBE_WARPS; ++v) sum += counts[v * buckets + lane * per_lane + j];
-            int before = sum;
-            for (int d = 1; d < 32; d <<= 1) {
-                const int x = __shfl_up_sync(0xffffffffu, before, d);
-                if (lane >= d) before += x;
-            }
-            before -= sum;
-            for (int j = 0; j < per_lane; ++j)
-                for (int v = 0; v < PROBE_WARPS; ++v) {
-                    const int c = counts[v * buckets + lane * per_lane + j];
-                    counts[v * buckets + lane * per_lane + j] = before;
-                    before += c;
-                }
-        }
+        if (warp == 0) bucket_starts(counts, buckets, PROBE_WARPS, lane);  // a row a warp
         __syncthreads();
         for (int at = lo; at < hi; at += 32) {
             const bool in = at + lane < hi;
@@ -213,31 +215,11 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
         }
         __syncthreads();
     } else if (a.kernel_buckets) {
-        int* counts = sorted + SORT_MAX;
-        const long long pair = begin / pair_tiles;
-        const int b = (int)(pair / a.num_kv_heads);
-        const int* row = w.table + (long long)b * pair_tiles + (begin - pair * pair_tiles);
-        const int n = (int)(end - begin);
         for (int i = threadIdx.x; i < a.kernel_buckets; i += blockDim.x) counts[i] = 0;
         __syncthreads();
         for (int i = threadIdx.x; i < n; i += blockDim.x) atomicAdd(&counts[__ldg(row + i) >> a.bucket_shift], 1);
         __syncthreads();
-        if (warp == 0) {  // exclusive scan: each lane takes a run of kernel_buckets / 32 counts
-            const int per_lane = a.kernel_buckets / 32;
-            int sum = 0;
-            for (int j = 0; j < per_lane; ++j) sum += counts[lane * per_lane + j];
-            int before = sum;
-            for (int d = 1; d < 32; d <<= 1) {
-                const int x = __shfl_up_sync(0xffffffffu, before, d);
-                if (lane >= d) before += x;
-            }
-            before -= sum;
-            for (int j = 0; j < per_lane; ++j) {
-                const int c = counts[lane * per_lane + j];
-                counts[lane * per_lane + j] = before;
-                before += c;
-            }
-        }
+        if (warp == 0) bucket_starts(counts, a.kernel_buckets, 1, lane);
         __syncthreads();
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
             const int entry = __ldg(row + i);
@@ -246,7 +228,7 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
         __syncthreads();
     }
     if (a.check && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && (a.kernel_sort || a.kernel_buckets))
-        for (int i = threadIdx.x; i < (int)(end - begin); i += blockDim.x) a.check[i] = sorted[i];
+        for (int i = threadIdx.x; i < n; i += blockDim.x) a.check[i] = sorted[i];
     auto tile_base = [&](long long flat) {
         const long long pair = flat / pair_tiles;
         const int tile = (int)(flat - pair * pair_tiles);
@@ -351,12 +333,18 @@ int main(int argc, char** argv) {
         for (long long at = 0; at < num_blocks; at += window)
             std::shuffle(local.begin() + at, local.begin() + std::min<long long>(num_blocks, at + window), local_rng);
         std::iota(dense.begin(), dense.end(), 0);
-        // Each split's entries sorted (the splits of the decode grid below).
-        std::vector<int> sorted = shuffled;
+        // The splits of the decode grid below: `order(first, last)` on each
+        // split's entries of a copy of the shuffled table.
         const long long per_split = (tiles + sh.num_splits - 1) / sh.num_splits;
-        for (long long b = 0; b < sh.num_seqs; ++b)
-            for (long long first = 0; first < tiles; first += per_split)
-                std::sort(sorted.begin() + b * tiles + first, sorted.begin() + b * tiles + std::min(tiles, first + per_split));
+        auto each_split = [&](auto order) {
+            std::vector<int> table = shuffled;
+            for (long long b = 0; b < sh.num_seqs; ++b)
+                for (long long first = 0; first < tiles; first += per_split)
+                    order(table.begin() + b * tiles + first, table.begin() + b * tiles + std::min(tiles, first + per_split));
+            return table;
+        };
+        // Each split's entries sorted.
+        const std::vector<int> sorted = each_split([](auto first, auto last) { std::sort(first, last); });
         // Runs of 4 and 16 blocks in order, the runs shuffled.
         auto runs_of = [&](long long run) {
             std::vector<int> order((num_blocks + run - 1) / run), table(num_blocks);
@@ -369,12 +357,13 @@ int main(int argc, char** argv) {
         };
         const std::vector<int> run4 = runs_of(4), run16 = runs_of(16);
         // Each split's entries sorted within windows of 64.
-        std::vector<int> wsorted = shuffled;
-        for (long long b = 0; b < sh.num_seqs; ++b)
-            for (long long first = 0; first < tiles; first += per_split)
-                for (long long at = first; at < std::min(tiles, first + per_split); at += 64)
-                    std::sort(wsorted.begin() + b * tiles + at,
-                              wsorted.begin() + b * tiles + std::min({tiles, first + per_split, at + 64}));
+        const std::vector<int> wsorted = each_split([](auto first, auto last) {
+            for (auto at = first; at < last;) {
+                const auto stop = last - at > 64 ? at + 64 : last;
+                std::sort(at, stop);
+                at = stop;
+            }
+        });
         // Each split's entries stably sorted by bucket (entry >> shift, under
         // 16, 64 or 256 buckets).
         auto shift_for = [&](int buckets) {
@@ -384,39 +373,30 @@ int main(int argc, char** argv) {
         };
         auto bucketed = [&](int buckets) {
             const int shift = shift_for(buckets);
-            std::vector<int> table = shuffled;
-            for (long long b = 0; b < sh.num_seqs; ++b)
-                for (long long first = 0; first < tiles; first += per_split)
-                    std::stable_sort(table.begin() + b * tiles + first,
-                                     table.begin() + b * tiles + std::min(tiles, first + per_split),
-                                     [&](int x, int y) { return (x >> shift) < (y >> shift); });
+            return each_split([shift](auto first, auto last) {
+                std::stable_sort(first, last, [shift](int x, int y) { return (x >> shift) < (y >> shift); });
+            });
+        };
+        // Every table on the device; freed after the shape.
+        std::vector<int*> uploaded;
+        auto upload = [&](const std::vector<int>& table) {
             int* d;
-            PROBE_CHECK(cudaMalloc(&d, num_blocks * sizeof(int)));
-            PROBE_CHECK(cudaMemcpy(d, table.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
+            PROBE_CHECK(cudaMalloc(&d, table.size() * sizeof(int)));
+            PROBE_CHECK(cudaMemcpy(d, table.data(), table.size() * sizeof(int), cudaMemcpyHostToDevice));
+            uploaded.push_back(d);
             return d;
         };
-        int* const b16_d = bucketed(16);
-        int* const b64_d = bucketed(64);
-        int* const b256_d = bucketed(256);
-        int* wsorted_d;
-        PROBE_CHECK(cudaMalloc(&wsorted_d, num_blocks * sizeof(int)));
-        PROBE_CHECK(cudaMemcpy(wsorted_d, wsorted.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
-        int *sorted_d, *run4_d, *run16_d;
-        PROBE_CHECK(cudaMalloc(&sorted_d, num_blocks * sizeof(int)));
-        PROBE_CHECK(cudaMalloc(&run4_d, num_blocks * sizeof(int)));
-        PROBE_CHECK(cudaMalloc(&run16_d, num_blocks * sizeof(int)));
-        PROBE_CHECK(cudaMemcpy(sorted_d, sorted.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
-        PROBE_CHECK(cudaMemcpy(run4_d, run4.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
-        PROBE_CHECK(cudaMemcpy(run16_d, run16.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
-        int *shuffled_d, *ordered_d, *dense_d, *local_d;
-        PROBE_CHECK(cudaMalloc(&shuffled_d, num_blocks * sizeof(int)));
-        PROBE_CHECK(cudaMalloc(&ordered_d, num_blocks * sizeof(int)));
-        PROBE_CHECK(cudaMalloc(&dense_d, dense.size() * sizeof(int)));
-        PROBE_CHECK(cudaMalloc(&local_d, num_blocks * sizeof(int)));
-        PROBE_CHECK(cudaMemcpy(local_d, local.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
-        PROBE_CHECK(cudaMemcpy(shuffled_d, shuffled.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
-        PROBE_CHECK(cudaMemcpy(ordered_d, ordered.data(), num_blocks * sizeof(int), cudaMemcpyHostToDevice));
-        PROBE_CHECK(cudaMemcpy(dense_d, dense.data(), dense.size() * sizeof(int), cudaMemcpyHostToDevice));
+        int* const shuffled_d = upload(shuffled);
+        int* const ordered_d = upload(ordered);
+        int* const dense_d = upload(dense);
+        int* const local_d = upload(local);
+        int* const sorted_d = upload(sorted);
+        int* const run4_d = upload(run4);
+        int* const run16_d = upload(run16);
+        int* const wsorted_d = upload(wsorted);
+        int* const b16_d = upload(bucketed(16));
+        int* const b64_d = upload(bucketed(64));
+        int* const b256_d = upload(bucketed(256));
         const long long head_row = (long long)ROW_BYTES;
         const long long block_all = (long long)TILE * sh.num_kv_heads * ROW_BYTES;
         std::vector<std::vector<double>> us(LAYOUTS);
@@ -509,17 +489,7 @@ int main(int argc, char** argv) {
         }
         fflush(stdout);  // a call cut short keeps the shapes done
         PROBE_CHECK(cudaFree(pool));
-        PROBE_CHECK(cudaFree(shuffled_d));
-        PROBE_CHECK(cudaFree(ordered_d));
-        PROBE_CHECK(cudaFree(dense_d));
-        PROBE_CHECK(cudaFree(local_d));
-        PROBE_CHECK(cudaFree(sorted_d));
-        PROBE_CHECK(cudaFree(wsorted_d));
-        PROBE_CHECK(cudaFree(run4_d));
-        PROBE_CHECK(cudaFree(run16_d));
-        PROBE_CHECK(cudaFree(b16_d));
-        PROBE_CHECK(cudaFree(b64_d));
-        PROBE_CHECK(cudaFree(b256_d));
+        for (int* d : uploaded) PROBE_CHECK(cudaFree(d));
     }
     PROBE_CHECK(cudaGetLastError());
     return 0;
