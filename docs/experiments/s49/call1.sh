@@ -1,5 +1,6 @@
 #!/bin/bash
-# s49 call 1, main at 1533225: s48's call 4 with the whole GPU test binary and
+# s49 call 1, main at 1533225: s48's call 4 (its script, never run, removed
+# since: this one does all it did) with the whole GPU test binary and
 # the default-order conformance sweep first (neither has run since the
 # `_sorted` entry points went in). Steps: all tests of the gpu binary; `check
 # --backend cuda` (table order, the default); the same with
