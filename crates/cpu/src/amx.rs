@@ -281,7 +281,7 @@ fn build_queries(q: &[f32], layout: Layout, out: &mut Vec<f32>) {
 const MAX_ACC: usize = MAX_GROUP * 32 * MAX_CHUNKS;
 
 /// Which way [`reorder`] moves an accumulator.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Order {
     /// From natural (`[g, d]`) to tile order ([`Layout::position`]).
     ToTiles,

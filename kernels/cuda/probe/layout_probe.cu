@@ -54,9 +54,14 @@
 //              (`__match_any_sync`) and its own counts, so the table's
 //              order holds within a bucket (deterministic, and an
 //              in-order table stays in order); four barriers.
+//   nhd-kbs256o nhd-kbs256 with the ring's first stages (every warp's first
+//              two tiles, the split's first 8 entries) issued in table
+//              order before the sort, which orders the rest: the sort's
+//              barriers and table loads while those copies are in flight.
 // The in-kernel orders are checked once per shape before timing: the first
 // CTA's entries come back from the kernel and must be a permutation of its
-// split's, in bucket order (sorted, for nhd-ksort), stable for nhd-kbs256.
+// split's, in bucket order (sorted, for nhd-ksort), stable for nhd-kbs256 (after
+// its first 8 entries in table order, for nhd-kbs256o).
 //   nhd-run4/16 the pool shuffled in runs of 4 (16) consecutive blocks, in
 //              order within a run: what an allocator that hands out a few
 //              blocks at a time in order buys.
@@ -105,6 +110,7 @@ struct Args {
     int kernel_buckets;  // 0, or the CTA puts its entries in this many buckets of the pool first (counting sort)
     int bucket_shift;    // an entry's bucket is entry >> bucket_shift (< kernel_buckets)
     int kernel_stable;   // 1: the bucketing keeps the table's order within a bucket
+    int overlap;         // 1: the ring's first stages are issued in table order before the sort, which orders the rest
     int* check;          // null, or where CTA (0, 0, 0) writes its entries in the order it visits them
     unsigned* sink;
 };
@@ -164,77 +170,17 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
     const int* const row = w.table + sort_pair / a.num_kv_heads * pair_tiles + (begin - sort_pair * pair_tiles);
     const int n = (int)(end - begin);
     int* const counts = sorted + SORT_MAX;  // nhd-kb*: [rows][buckets] after the entries
-    if (a.kernel_sort) {
-        int size = 1;
-        while (size < n) size <<= 1;
-        for (int i = threadIdx.x; i < size; i += blockDim.x) sorted[i] = i < n ? __ldg(row + i) : 0x7fffffff;
-        __syncthreads();
-        for (int k = 2; k <= size; k <<= 1) {
-            for (int j = k >> 1; j > 0; j >>= 1) {
-                for (int i = threadIdx.x; i < size; i += blockDim.x) {
-                    const int partner = i ^ j;
-                    if (partner > i) {
-                        const int x = sorted[i], y = sorted[partner];
-                        if ((x > y) == ((i & k) == 0)) {
-                            sorted[i] = y;
-                            sorted[partner] = x;
-                        }
-                    }
-                }
-                __syncthreads();
-            }
-        }
-    }
-    if (a.kernel_buckets && a.kernel_stable) {
-        const int buckets = a.kernel_buckets, shift = a.bucket_shift;
-        for (int i = threadIdx.x; i < PROBE_WARPS * buckets; i += blockDim.x) counts[i] = 0;
-        __syncthreads();
-        const int per_warp = (n + PROBE_WARPS - 1) / PROBE_WARPS;
-        const int lo = min(n, warp * per_warp), hi = min(n, lo + per_warp);
-        int* const mine = counts + warp * buckets;
-        const unsigned below = (1u << lane) - 1;
-        for (int at = lo; at < hi; at += 32) {
-            const bool in = at + lane < hi;
-            const int bucket = in ? __ldg(row + at + lane) >> shift : -1 - lane;  // idle lanes match no one
-            const unsigned peers = __match_any_sync(0xffffffffu, bucket);
-            if (in && (peers & below) == 0) mine[bucket] += __popc(peers);
-            __syncwarp();
-        }
-        __syncthreads();
-        if (warp == 0) bucket_starts(counts, buckets, PROBE_WARPS, lane);  // a row a warp
-        __syncthreads();
-        for (int at = lo; at < hi; at += 32) {
-            const bool in = at + lane < hi;
-            const int entry = in ? __ldg(row + at + lane) : 0;
-            const int bucket = in ? entry >> shift : -1 - lane;
-            const unsigned peers = __match_any_sync(0xffffffffu, bucket);
-            if (in) sorted[mine[bucket] + __popc(peers & below)] = entry;
-            __syncwarp();
-            if (in && (peers & below) == 0) mine[bucket] += __popc(peers);
-            __syncwarp();
-        }
-        __syncthreads();
-    } else if (a.kernel_buckets) {
-        for (int i = threadIdx.x; i < a.kernel_buckets; i += blockDim.x) counts[i] = 0;
-        __syncthreads();
-        for (int i = threadIdx.x; i < n; i += blockDim.x) atomicAdd(&counts[__ldg(row + i) >> a.bucket_shift], 1);
-        __syncthreads();
-        if (warp == 0) bucket_starts(counts, a.kernel_buckets, 1, lane);
-        __syncthreads();
-        for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            const int entry = __ldg(row + i);
-            sorted[atomicAdd(&counts[entry >> a.bucket_shift], 1)] = entry;
-        }
-        __syncthreads();
-    }
-    if (a.check && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && (a.kernel_sort || a.kernel_buckets))
-        for (int i = threadIdx.x; i < n; i += blockDim.x) a.check[i] = sorted[i];
+    // overlap: the first `prefix` entries (the ring's first stages, every
+    // warp's) are visited in table order and issued before the sort, so the
+    // sort runs while their copies are in flight; it orders the rest.
+    const int prefix = a.overlap ? min(n, (STAGES - 1) * WARPS) : 0;
     auto tile_base = [&](long long flat) {
         const long long pair = flat / pair_tiles;
         const int tile = (int)(flat - pair * pair_tiles);
         const int b = (int)(pair / a.num_kv_heads), h = (int)(pair - (long long)b * a.num_kv_heads);
         const long long idx = w.per_head ? flat : (long long)b * pair_tiles + tile;
-        const int entry = a.kernel_sort || a.kernel_buckets ? sorted[flat - begin] : __ldg(w.table + idx);
+        const int entry = (a.kernel_sort || a.kernel_buckets) && flat - begin >= prefix ? sorted[flat - begin]
+                                                                                          : __ldg(w.table + idx);
         return (long long)entry * w.block_bytes + h * w.head_bytes;
     };
     unsigned acc = 0, pending = 0;
@@ -265,9 +211,77 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
+    if (a.overlap)
+        for (int s = 0; s < STAGES - 1; ++s) issue(begin + warp + s * WARPS, s);
+    if (a.kernel_sort) {
+        int size = 1;
+        while (size < n) size <<= 1;
+        for (int i = threadIdx.x; i < size; i += blockDim.x) sorted[i] = i < n ? __ldg(row + i) : 0x7fffffff;
+        __syncthreads();
+        for (int k = 2; k <= size; k <<= 1) {
+            for (int j = k >> 1; j > 0; j >>= 1) {
+                for (int i = threadIdx.x; i < size; i += blockDim.x) {
+                    const int partner = i ^ j;
+                    if (partner > i) {
+                        const int x = sorted[i], y = sorted[partner];
+                        if ((x > y) == ((i & k) == 0)) {
+                            sorted[i] = y;
+                            sorted[partner] = x;
+                        }
+                    }
+                }
+                __syncthreads();
+            }
+        }
+    }
+    if (a.kernel_buckets && a.kernel_stable) {
+        const int buckets = a.kernel_buckets, shift = a.bucket_shift;
+        for (int i = threadIdx.x; i < PROBE_WARPS * buckets; i += blockDim.x) counts[i] = 0;
+        __syncthreads();
+        const int per_warp = (n - prefix + PROBE_WARPS - 1) / PROBE_WARPS;
+        const int lo = min(n, prefix + warp * per_warp), hi = min(n, lo + per_warp);
+        int* const mine = counts + warp * buckets;
+        const unsigned below = (1u << lane) - 1;
+        for (int at = lo; at < hi; at += 32) {
+            const bool in = at + lane < hi;
+            const int bucket = in ? __ldg(row + at + lane) >> shift : -1 - lane;  // idle lanes match no one
+            const unsigned peers = __match_any_sync(0xffffffffu, bucket);
+            if (in && (peers & below) == 0) mine[bucket] += __popc(peers);
+            __syncwarp();
+        }
+        __syncthreads();
+        if (warp == 0) bucket_starts(counts, buckets, PROBE_WARPS, lane);  // a row a warp
+        __syncthreads();
+        for (int at = lo; at < hi; at += 32) {
+            const bool in = at + lane < hi;
+            const int entry = in ? __ldg(row + at + lane) : 0;
+            const int bucket = in ? entry >> shift : -1 - lane;
+            const unsigned peers = __match_any_sync(0xffffffffu, bucket);
+            if (in) sorted[prefix + mine[bucket] + __popc(peers & below)] = entry;
+            __syncwarp();
+            if (in && (peers & below) == 0) mine[bucket] += __popc(peers);
+            __syncwarp();
+        }
+        __syncthreads();
+    } else if (a.kernel_buckets) {
+        for (int i = threadIdx.x; i < a.kernel_buckets; i += blockDim.x) counts[i] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) atomicAdd(&counts[__ldg(row + i) >> a.bucket_shift], 1);
+        __syncthreads();
+        if (warp == 0) bucket_starts(counts, a.kernel_buckets, 1, lane);
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const int entry = __ldg(row + i);
+            sorted[atomicAdd(&counts[entry >> a.bucket_shift], 1)] = entry;
+        }
+        __syncthreads();
+    }
+    if (a.check && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && (a.kernel_sort || a.kernel_buckets))
+        for (int i = threadIdx.x; i < n; i += blockDim.x) a.check[i] = i < prefix ? __ldg(row + i) : sorted[i];
     int stage = 0;
     const long long first = begin + warp;
-    for (int s = 0; s < STAGES - 1; ++s) issue(first + s * WARPS, s);
+    if (!a.overlap)
+        for (int s = 0; s < STAGES - 1; ++s) issue(first + s * WARPS, s);
     for (long long t = first; t < end; t += WARPS) {
         asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
         __syncwarp();
@@ -284,8 +298,8 @@ struct Shape {
     const char* name;
     int num_seqs, num_kv_heads, seq_len, num_splits;
 };
-enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, NHD_T8, NHD_T16, NHD_L8, NHD_SORT, NHD_RUN4, NHD_RUN16, NHD_WSORT, NHD_KSORT, NHD_B16, NHD_B64, NHD_B256, NHD_KB64, NHD_KB256, NHD_KBS256, LAYOUTS };
-static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local", "nhd-t8", "nhd-t16", "nhd-l8", "nhd-sort", "nhd-run4", "nhd-run16", "nhd-wsort", "nhd-ksort", "nhd-b16", "nhd-b64", "nhd-b256", "nhd-kb64", "nhd-kb256", "nhd-kbs256"};
+enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, NHD_T8, NHD_T16, NHD_L8, NHD_SORT, NHD_RUN4, NHD_RUN16, NHD_WSORT, NHD_KSORT, NHD_B16, NHD_B64, NHD_B256, NHD_KB64, NHD_KB256, NHD_KBS256, NHD_KBS256O, LAYOUTS };
+static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local", "nhd-t8", "nhd-t16", "nhd-l8", "nhd-sort", "nhd-run4", "nhd-run16", "nhd-wsort", "nhd-ksort", "nhd-b16", "nhd-b64", "nhd-b256", "nhd-kb64", "nhd-kb256", "nhd-kbs256", "nhd-kbs256o"};
 
 int main(int argc, char** argv) {
     // ./layout [rounds [layouts]]: layouts a bit mask of the Layout enum (default all).
@@ -403,8 +417,9 @@ int main(int argc, char** argv) {
         for (int round = 0; round < rounds; ++round) {
             for (int layout = 0; layout < LAYOUTS; ++layout) {
                 if (!(chosen >> layout & 1u)) continue;
-                const int kernel_buckets = layout == NHD_KB64 ? 64 : layout == NHD_KB256 || layout == NHD_KBS256 ? 256 : 0;
-                const int kernel_stable = layout == NHD_KBS256;
+                const int kernel_buckets = layout == NHD_KB64 ? 64 : layout == NHD_KB256 || layout == NHD_KBS256 || layout == NHD_KBS256O ? 256 : 0;
+                const int kernel_stable = layout == NHD_KBS256 || layout == NHD_KBS256O;
+                const int overlap = layout == NHD_KBS256O;
                 if ((layout == NHD_KSORT || kernel_buckets) && per_split > SORT_MAX) continue;  // more entries than the CTA sorts
                 Where w{};
                 switch (layout) {
@@ -422,6 +437,7 @@ int main(int argc, char** argv) {
                     case NHD_KB64:
                     case NHD_KB256:
                     case NHD_KBS256:
+                    case NHD_KBS256O:
                     case NHD_KSORT: w = {shuffled_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_SORT: w = {sorted_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
                     case NHD_B16: w = {b16_d, 0, block_all, head_row, sh.num_kv_heads * head_row}; break;
@@ -446,7 +462,7 @@ int main(int argc, char** argv) {
                     const int n = (int)std::min<long long>(tiles, per_split);
                     Args a{pool,     pool + side_bytes, w,           sh.num_seqs,  sh.num_kv_heads, (int)tiles,
                            sh.num_splits, 0,           0,            0,            0,               kernel_sort,
-                           kernel_buckets, bucket_shift, kernel_stable, check_d,    sink};
+                           kernel_buckets, bucket_shift, kernel_stable, overlap,    check_d,         sink};
                     stream_kv<<<grid, 128, RING_BYTES + extra, st>>>(a);
                     PROBE_CHECK(cudaStreamSynchronize(st));
                     std::vector<int> got(n);
@@ -454,7 +470,9 @@ int main(int argc, char** argv) {
                     std::vector<int> want(shuffled.begin(), shuffled.begin() + n);
                     const int key_shift = kernel_sort ? 0 : bucket_shift;
                     auto key = [&](int x) { return x >> key_shift; };
-                    std::stable_sort(want.begin(), want.end(), [&](int x, int y) { return key(x) < key(y); });
+                    // overlap: the ring's first stages in table order, the rest ordered.
+                    const int prefix = overlap ? std::min(n, (STAGES - 1) * WARPS) : 0;
+                    std::stable_sort(want.begin() + prefix, want.end(), [&](int x, int y) { return key(x) < key(y); });
                     bool ok = std::is_permutation(got.begin(), got.end(), want.begin());
                     for (int i = 0; ok && i < n; ++i) ok = key(got[i]) == key(want[i]);
                     if (kernel_stable) ok = ok && got == want;
@@ -467,7 +485,7 @@ int main(int argc, char** argv) {
                     const int touch_steps = layout == NHD_T8 || layout == NHD_L8 ? 8 : layout == NHD_T16 ? 16 : 0;
                     Args a{k,        k + side_bytes, w,           sh.num_seqs, sh.num_kv_heads, (int)tiles, sh.num_splits,
                            stream_k, prefetch_steps, touch_steps, layout == NHD_L8, kernel_sort, kernel_buckets,
-                           bucket_shift, kernel_stable, nullptr, sink};
+                           bucket_shift, kernel_stable, overlap, nullptr, sink};
                     stream_kv<<<grid, 128, RING_BYTES + extra, st>>>(a);
                 });
                 us[layout].push_back(t);
