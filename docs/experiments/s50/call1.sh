@@ -5,12 +5,12 @@
 # removed in 0cb9ee9); (2) s49's call 2, the coarse-order layout probe,
 # never run (nhd-shuf, nhd-sort, nhd-b16/64/256, nhd-kb64/256, nhd-kbs256),
 # and nhd-kbs256o, the stable in-kernel sort with the ring's first stages
-# issued before it; 2 rounds alternated; (3) the issue's table, ours then
-# the peers, compare.py with and without SDPA (s36's table-h200.sh). Copy
-# this file and ../lib.sh into .gpu, carry .gpu, run `bash .gpu/call1.sh`.
-# Results: $OUT/c1.tgz.
+# issued before it; 2 rounds alternated. The issue's table is call 2 (one
+# call held both until a machine was taken back mid-call). Copy this file
+# and ../lib.sh into .gpu, carry .gpu, run `bash .gpu/call1.sh`. Results:
+# $OUT/c1.tgz.
 cd "$(dirname "$0")"
-. ./lib.sh c1 585
+. ./lib.sh c1 300
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $R/gpu.txt; cat $R/gpu.txt
 B=bin/decode-attn
 T=$(ls tests/gpu-* | head -1)
@@ -22,9 +22,3 @@ nvcc -O3 -std=c++17 -arch=sm_90 -o $R/layout ../kernels/cuda/probe/layout_probe.
 # nhd-shuf (bit 0), nhd-sort (12), nhd-b16/64/256 (17-19), nhd-kb64/256 (20-21), nhd-kbs256 (22), nhd-kbs256o (23)
 [ -x $R/layout ] && { timeout $(cap 150) $R/layout 2 0xFE1001 > $R/layout.txt 2>&1; step layout $?; rm -f $R/layout; }
 cat $R/layout.txt
-timeout $(cap 200) $B bench --backend cuda --grid peers --csv $R/ours.csv > $R/ours.txt 2>&1; step ours $?
-timeout $(cap 330) python3 peers/bench_peers.py --out $R/peers.csv > $R/peers.log 2>&1; step peers $?
-grep -v ',torch-sdpa,' $R/peers.csv > $R/peers-paged.csv
-python3 peers/compare.py $R/ours.csv $R/peers-paged.csv > $R/compare-paged.txt 2>&1
-python3 peers/compare.py $R/ours.csv $R/peers.csv > $R/compare.txt 2>&1; step compare $?
-cat $R/compare.txt
