@@ -1,14 +1,13 @@
 #!/bin/bash
-# s50 call 1, main at a437dc3 (+ the probe's nhd-kbs256o): (1) GPU
-# conformance on the library as it now stands (the gpu test binary and
-# `check --backend cuda`; not run since the `_sorted` entry points were
-# removed in 0cb9ee9), after (2), which runs first; (2) s49's call 2, the coarse-order layout probe,
-# never run (nhd-shuf, nhd-sort, nhd-b16/64/256, nhd-kb64/256, nhd-kbs256),
-# and nhd-kbs256o, the stable in-kernel sort with the ring's first stages
-# issued before it; 2 rounds alternated. The issue's table is call 2 (one
-# call held both until a machine was taken back mid-call). Copy this file
-# and ../lib.sh into .gpu, carry .gpu, run `bash .gpu/call1.sh`. Results:
-# $OUT/c1.tgz.
+# s50 call 1, main at a437dc3 plus the probe's nhd-kbs256o. First s49's
+# call 2, the coarse-order layout probe, never run, with nhd-kbs256o (the
+# stable in-kernel sort with the ring's first stages issued before it), 2
+# rounds alternated; then GPU conformance on the library as it now stands
+# (the gpu test binary and `check --backend cuda`; not run since the
+# `_sorted` entry points were removed in 0cb9ee9). The issue's table is
+# call 2 (one call held both until a machine was taken back mid-call).
+# Copy this file and ../lib.sh into .gpu, carry .gpu, run
+# `bash .gpu/call1.sh`. Results: $OUT/c1.tgz.
 cd "$(dirname "$0")"
 . ./lib.sh c1 300
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $R/gpu.txt; cat $R/gpu.txt
