@@ -110,7 +110,7 @@ struct Args {
     int kernel_buckets;  // 0, or the CTA puts its entries in this many buckets of the pool first (counting sort)
     int bucket_shift;    // an entry's bucket is entry >> bucket_shift (< kernel_buckets)
     int kernel_stable;   // 1: the bucketing keeps the table's order within a bucket
-    int overlap;         // 1: the ring's first stages are issued in table order before the sort, which orders the rest
+    int overlap;         // 1 (with kernel_stable): the first OVERLAP_ENTRIES are issued in table order before the sort, which orders the rest
     int* check;          // null, or where CTA (0, 0, 0) writes its entries in the order it visits them
     unsigned* sink;
 };
@@ -118,6 +118,9 @@ struct Args {
 constexpr int SORT_MAX = 2048;  // entries a CTA sorts (nhd-ksort, nhd-kb*): 8 KiB after the ring
 constexpr int MAX_BUCKETS = 256;  // nhd-kb*'s counts, after the entries (one row a warp for nhd-kbs256)
 constexpr int PROBE_WARPS = 4;
+// nhd-kbs256o: the entries the ring's first stages take (every warp's first
+// STAGES - 1 tiles), visited in table order.
+constexpr int OVERLAP_ENTRIES = (STAGES - 1) * WARPS;
 
 // Warp 0 turns `rows` rows of bucket counts (`counts[row * buckets +
 // bucket]`, buckets a multiple of 32) into where each row's run of each
@@ -173,7 +176,7 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
     // overlap: the first `prefix` entries (the ring's first stages, every
     // warp's) are visited in table order and issued before the sort, so the
     // sort runs while their copies are in flight; it orders the rest.
-    const int prefix = a.overlap ? min(n, (STAGES - 1) * WARPS) : 0;
+    const int prefix = a.overlap ? min(n, OVERLAP_ENTRIES) : 0;
     auto tile_base = [&](long long flat) {
         const long long pair = flat / pair_tiles;
         const int tile = (int)(flat - pair * pair_tiles);
@@ -211,8 +214,12 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
-    if (a.overlap)
-        for (int s = 0; s < STAGES - 1; ++s) issue(begin + warp + s * WARPS, s);
+    // The ring's first stages: before the sort where it overlaps them, else after.
+    const long long first = begin + warp;
+    auto fill_ring = [&] {
+        for (int s = 0; s < STAGES - 1; ++s) issue(first + s * WARPS, s);
+    };
+    if (a.overlap) fill_ring();
     if (a.kernel_sort) {
         int size = 1;
         while (size < n) size <<= 1;
@@ -279,9 +286,7 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
     if (a.check && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && (a.kernel_sort || a.kernel_buckets))
         for (int i = threadIdx.x; i < n; i += blockDim.x) a.check[i] = i < prefix ? __ldg(row + i) : sorted[i];
     int stage = 0;
-    const long long first = begin + warp;
-    if (!a.overlap)
-        for (int s = 0; s < STAGES - 1; ++s) issue(first + s * WARPS, s);
+    if (!a.overlap) fill_ring();
     for (long long t = first; t < end; t += WARPS) {
         asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
         __syncwarp();
@@ -471,7 +476,7 @@ int main(int argc, char** argv) {
                     const int key_shift = kernel_sort ? 0 : bucket_shift;
                     auto key = [&](int x) { return x >> key_shift; };
                     // overlap: the ring's first stages in table order, the rest ordered.
-                    const int prefix = overlap ? std::min(n, (STAGES - 1) * WARPS) : 0;
+                    const int prefix = overlap ? std::min(n, OVERLAP_ENTRIES) : 0;
                     std::stable_sort(want.begin() + prefix, want.end(), [&](int x, int y) { return key(x) < key(y); });
                     bool ok = std::is_permutation(got.begin(), got.end(), want.begin());
                     for (int i = 0; ok && i < n; ++i) ok = key(got[i]) == key(want[i]);
