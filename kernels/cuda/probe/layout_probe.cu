@@ -58,6 +58,9 @@
 //              two tiles, the split's first 8 entries) issued in table
 //              order before the sort, which orders the rest: the sort's
 //              barriers and table loads while those copies are in flight.
+//              (H100, s51: b256 wins what nhd-sort wins; kbs256 and
+//              kbs256o lose to nhd-shuf on 7 of 8 shapes, up to 7.8% and
+//              9.6%: PERFORMANCE.md, History s51.)
 // The in-kernel orders are checked once per shape before timing: the first
 // CTA's entries come back from the kernel and must be a permutation of its
 // split's, in bucket order (sorted, for nhd-ksort), stable for nhd-kbs256 (after
@@ -117,7 +120,6 @@ struct Args {
 
 constexpr int SORT_MAX = 2048;  // entries a CTA sorts (nhd-ksort, nhd-kb*): 8 KiB after the ring
 constexpr int MAX_BUCKETS = 256;  // nhd-kb*'s counts, after the entries (one row a warp for nhd-kbs256)
-constexpr int PROBE_WARPS = 4;
 // nhd-kbs256o: the entries the ring's first stages take (every warp's first
 // STAGES - 1 tiles), visited in table order.
 constexpr int OVERLAP_ENTRIES = (STAGES - 1) * WARPS;
@@ -243,9 +245,9 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
     }
     if (a.kernel_buckets && a.kernel_stable) {
         const int buckets = a.kernel_buckets, shift = a.bucket_shift;
-        for (int i = threadIdx.x; i < PROBE_WARPS * buckets; i += blockDim.x) counts[i] = 0;
+        for (int i = threadIdx.x; i < WARPS * buckets; i += blockDim.x) counts[i] = 0;
         __syncthreads();
-        const int per_warp = (n - prefix + PROBE_WARPS - 1) / PROBE_WARPS;
+        const int per_warp = (n - prefix + WARPS - 1) / WARPS;
         const int lo = min(n, prefix + warp * per_warp), hi = min(n, lo + per_warp);
         int* const mine = counts + warp * buckets;
         const unsigned below = (1u << lane) - 1;
@@ -257,7 +259,7 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
             __syncwarp();
         }
         __syncthreads();
-        if (warp == 0) bucket_starts(counts, buckets, PROBE_WARPS, lane);  // a row a warp
+        if (warp == 0) bucket_starts(counts, buckets, WARPS, lane);  // a row a warp
         __syncthreads();
         for (int at = lo; at < hi; at += 32) {
             const bool in = at + lane < hi;
@@ -322,7 +324,7 @@ int main(int argc, char** argv) {
     PROBE_CHECK(cudaMalloc(&sink, 16));
     int* check_d;  // the first CTA's entries, in its order (SORT_MAX at most)
     PROBE_CHECK(cudaMalloc(&check_d, SORT_MAX * sizeof(int)));
-    PROBE_CHECK(cudaFuncSetAttribute(stream_kv, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES + 4 * (SORT_MAX + PROBE_WARPS * MAX_BUCKETS)));
+    PROBE_CHECK(cudaFuncSetAttribute(stream_kv, cudaFuncAttributeMaxDynamicSharedMemorySize, RING_BYTES + 4 * (SORT_MAX + WARPS * MAX_BUCKETS)));
     int sms = 0;
     PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     cudaDeviceProp prop;
@@ -459,7 +461,7 @@ int main(int argc, char** argv) {
                 const int calls = 8;
                 const int kernel_sort = layout == NHD_KSORT;
                 const int extra = kernel_sort      ? 4 * SORT_MAX
-                                  : kernel_buckets ? 4 * (SORT_MAX + PROBE_WARPS * MAX_BUCKETS)
+                                  : kernel_buckets ? 4 * (SORT_MAX + WARPS * MAX_BUCKETS)
                                                    : 0;
                 const int bucket_shift = kernel_buckets ? shift_for(kernel_buckets) : 0;
                 if (round == 0 && (kernel_sort || kernel_buckets)) {
