@@ -5,12 +5,18 @@
 // decode_params.h; this file includes nothing else, so that it compiles both
 // with nvcc and with NVRTC at run time.
 //
-// Entry points (extern "C", params by value, DECODE_THREADS = 128 threads):
-//   decode_attn_<T>_d<D>         grid (num_seqs, num_kv_heads, num_splits)
-//   decode_attn_reduce_<T>_d<D>  grid (num_seqs, num_q_heads)          (split only)
+// Entry points (extern "C", params by value, DECODE_THREADS = 128 threads),
+// T in {f32, f16, bf16}, D in {64, 80, 96, 112, 120, 128, 192, 256}:
+//   decode_mma_<T>_d<D>[_anyblock|_packed|_batch]  the tensor-core kernel
+//       (decode_mma.cuh; f16 and bf16, D <= 128 and 256): auto's default
+//   decode_stream_<T>_d<D>, decode_stream_reduce[_wide|_batch]_<T>_d<D>
+//       the streaming kernel and the split reducers (decode_stream.cuh):
+//       what the tensor-core kernel does not take, and its reducers
+//   decode_attn_<T>_d<D>, decode_attn_reduce_<T>_d<D>  the staged kernel
+//       below and its reducer (opt-in)
 //   merge_attn_states_<T>        grid (num_tokens, num_heads)
-// T in {f32, f16, bf16}, D in {64, 80, 96, 112, 120, 128, 192, 256}.
-// All shared memory is static and below 48 KB: the host sets no attributes.
+// The staged and stream kernels' shared memory is static and below 48 KB;
+// the tensor-core kernel's ring is dynamic (the host sets its maximum).
 //
 // Design of decode_attn (one CTA = one sequence, one KV head, one split):
 //  * GQA packing: the CTA serves the g = num_q_heads / num_kv_heads query
@@ -1137,7 +1143,8 @@ DA_MERGE_ENTRY(bf16, da_bf16)
 #endif
 
 // ---------------------------------------------------------------------------
-// The streaming kernel (decode_stream.cuh): the CUDA backend's default.
+// The streaming kernel (decode_stream.cuh): f32, and the shapes the
+// tensor-core kernel below does not take; its reducers merge both's splits.
 // ---------------------------------------------------------------------------
 #include "decode_stream.cuh"
 

@@ -1,5 +1,5 @@
 // decode_params.h: the launch ABI shared by the Rust host code
-// (crates/cuda/src/params.rs mirrors it field for field, #[repr(C)]) and the
+// (crates/core/src/abi.rs mirrors it field for field, #[repr(C)]) and the
 // kernels. Change both together.
 //
 // Tensors (row-major, contiguous):

@@ -8,7 +8,8 @@
 //!   driver refuses it (a CUDA 13 fatbin on a 12.x driver), the embedded
 //!   source compiled by NVRTC at first use and cached on disk.
 //!
-//! Layering follows cudarc: `params` mirrors the C ABI, `nvrtc` wraps the
+//! Layering follows cudarc: `params` passes core's mirror of the C ABI
+//! (`decode_attn_core::abi`) by value, `nvrtc` wraps the
 //! run-time compiler, and this file is the safe backend on top.
 
 mod caller;
@@ -169,7 +170,8 @@ pub enum DecodeKernel {
     /// The shared-memory kernel of decode.cu (cp.async ring of K/V tiles).
     Staged,
     /// kernels/hip/decode_kvgrid.hip, the HIP backend's portable kernel,
-    /// compiled by NVRTC when the backend opens: grid (num_seqs, num_splits,
+    /// compiled by NVRTC a part (element type and head dim) at a time, at
+    /// the first plan that needs it: grid (num_seqs, num_splits,
     /// num_kv_heads), one workgroup per KV head's query group. Here to test
     /// the HIP kernel's logic on NVIDIA GPUs, not for speed.
     KvGrid,
