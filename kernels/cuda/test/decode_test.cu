@@ -9,7 +9,9 @@
 //   g++ -std=c++17 -O1 -DDA_EMULATE -x c++ -I kernels/cuda kernels/cuda/test/decode_test.cu -o /tmp/decode_emu
 //   /tmp/decode_emu             # about 2 minutes: 696 cases (252 stream, 182 mma)
 // (`cargo test` runs it so: tests/tests/emulated_kernels.rs.)
-//   /tmp/decode_emu mma [heads] # the tensor-core kernel only; `heads`: its grids heads first
+//   /tmp/decode_emu mma [heads|warps]  # the tensor-core kernel only; `heads`: its grids
+//                               # heads first; `warps`: a split per warp
+//   /tmp/decode_emu [quick|mma ...] wide  # every split case through the wide reducer
 //
 // It includes decode.cu directly and launches its entry points with <<<>>>,
 // exactly as the host ABI (decode_params.h) says, each case through both
