@@ -141,7 +141,36 @@ fn gpu_lone_cta_share() -> f64 {
     GPU_LONE_CTA_SHARE
 }
 
+/// Most multiprocessors (or CPU threads) a device may report: 2^20, 7900
+/// times an H200's 132.
+pub const MAX_DEVICE_UNITS: u32 = 1 << 20;
+/// Most CTAs per multiprocessor, tiles per CTA step and splits per CTA a
+/// device may report (real ones: 1-4).
+pub const MAX_PER_CTA_OR_SM: u32 = 1024;
+
 impl DeviceProps {
+    /// Refuses properties the planner's arithmetic cannot hold (its counts
+    /// of CTAs and splits are 32-bit where they meet these): no
+    /// multiprocessors, or counts past [`MAX_DEVICE_UNITS`] and
+    /// [`MAX_PER_CTA_OR_SM`].
+    pub fn validate(&self) -> Result<()> {
+        if self.num_sms == 0 {
+            return Err(Error::InvalidDevice { num_sms: self.num_sms });
+        }
+        let fields = [
+            ("the device's num_sms", self.num_sms, MAX_DEVICE_UNITS),
+            ("the device's ctas_per_sm", self.ctas_per_sm, MAX_PER_CTA_OR_SM),
+            ("the device's tiles_per_cta_step", self.tiles_per_cta_step, MAX_PER_CTA_OR_SM),
+            ("the device's splits_per_cta", self.splits_per_cta, MAX_PER_CTA_OR_SM),
+        ];
+        for (what, value, max) in fields {
+            if value > max {
+                return Err(Error::OutOfRange { what, value: value as u64, min: 0, max: max as u64 });
+            }
+        }
+        Ok(())
+    }
+
     /// An H100/H200-class GPU: what `decode-attn plan` assumes when told only `--sms`.
     pub fn gpu_like(num_sms: u32) -> Self {
         DeviceProps {
@@ -263,6 +292,10 @@ impl<B: DeviceBuffer> DecodeArgs<'_, B> {
     /// bounds), since reading them back would cost a synchronisation.
     pub fn check(&self, plan: &Plan) -> Result<CheckedArgs> {
         let p = &plan.problem;
+        // A plan is plain data (it may come edited from JSON): what bounds
+        // the sizes below is checked again here.
+        p.validate()?;
+        plan.rule.check()?;
         let n = p.num_seqs();
         expect_len("q", self.q.len_bytes(), p.q_bytes())?;
         expect_len("out", self.out.len_bytes(), p.out_bytes())?;
@@ -282,7 +315,18 @@ impl<B: DeviceBuffer> DecodeArgs<'_, B> {
         }
         let index_len = match (&self.kv_index, p.layout) {
             (KvIndexBuffers::BlockTable { table, max_blocks_per_seq }, KvLayout::BlockTable { .. }) => {
-                expect_len("block_table", table.len_bytes(), n * max_blocks_per_seq * 4)?;
+                // The caller's stride: a product past usize would wrap onto a
+                // table of the right size.
+                let table_bytes = n.checked_mul(*max_blocks_per_seq).and_then(|entries| entries.checked_mul(4));
+                let Some(table_bytes) = table_bytes else {
+                    return Err(Error::OutOfRange {
+                        what: "max_blocks_per_seq",
+                        value: *max_blocks_per_seq as u64,
+                        min: 0,
+                        max: (isize::MAX as usize / 4 / n.max(1)) as u64,
+                    });
+                };
+                expect_len("block_table", table.len_bytes(), table_bytes)?;
                 *max_blocks_per_seq
             }
             (KvIndexBuffers::TokenIndices { indptr, indices }, KvLayout::TokenIndices { .. }) => {
@@ -349,8 +393,22 @@ pub struct MergeArgs<'a, B> {
 
 impl<B: DeviceBuffer> MergeArgs<'_, B> {
     pub fn check(&self) -> Result<()> {
-        let states = self.num_tokens * self.num_heads * self.head_dim * self.dtype.size_bytes();
-        let lses = self.num_tokens * self.num_heads * 4;
+        // Caller-given counts: a product past usize would wrap onto buffers
+        // of the right size.
+        let rows = self.num_tokens.checked_mul(self.num_heads);
+        let sizes = rows.and_then(|rows| {
+            let states = rows.checked_mul(self.head_dim)?.checked_mul(self.dtype.size_bytes())?;
+            Some((states, rows.checked_mul(4)?))
+        });
+        let Some((states, lses)) = sizes.filter(|&(states, _)| states <= isize::MAX as usize) else {
+            return Err(Error::OutOfRange {
+                what: "num_tokens * num_heads * head_dim",
+                value: (self.num_tokens as u128 * self.num_heads as u128 * self.head_dim as u128).min(u64::MAX as u128)
+                    as u64,
+                min: 0,
+                max: isize::MAX as u64 / self.dtype.size_bytes() as u64,
+            });
+        };
         expect_len("prefix", self.prefix.len_bytes(), states)?;
         expect_len("suffix", self.suffix.len_bytes(), states)?;
         expect_len("out", self.out.len_bytes(), states)?;

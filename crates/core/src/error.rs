@@ -25,6 +25,15 @@ pub enum Error {
     #[error("page size {page_size} must be at least 1")]
     InvalidPageSize { page_size: usize },
 
+    /// A count or size outside what decode-attn takes: the upper bounds lie
+    /// far past any model's, so that every byte count derived from a value
+    /// fits its integer.
+    #[error("{what} is {value}; supported: {min} to {max}")]
+    OutOfRange { what: &'static str, value: u64, min: u64, max: u64 },
+
+    #[error("sequence {seq}: length {seq_len} exceeds the supported maximum of {max} tokens (lengths are i32 on the device)")]
+    SeqLenTooLarge { seq: usize, seq_len: u64, max: u64 },
+
     #[error("{name}: expected {expected} bytes, got {actual}")]
     BufferSize { name: &'static str, expected: usize, actual: usize },
 

@@ -18,6 +18,11 @@ use std::fmt;
 
 use crate::{Error, Result, TILE_TOKENS};
 
+/// Most slots a block (kernel or allocator) or a page may hold: far past
+/// any allocator's (vLLM's 16-256 tokens), and small enough that a block's
+/// bytes (at most 2^20 slots of 2^26 bytes) fit a `usize`.
+pub const MAX_BLOCK_SLOTS: usize = 1 << 20;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum KvLayout {
@@ -44,7 +49,7 @@ impl KvLayout {
                 if page_size == 0 {
                     Err(Error::InvalidPageSize { page_size })
                 } else {
-                    Ok(())
+                    at_most_block_slots("page size", page_size)
                 }
             }
         }
@@ -75,7 +80,16 @@ fn check_block_sizes(kernel_block_size: usize, allocator_block_size: usize) -> R
     if allocator_block_size == 0 || allocator_block_size % kernel_block_size != 0 {
         return Err(Error::BlockSizeMismatch { kernel_block_size, allocator_block_size });
     }
+    // The allocator block is a multiple of the kernel block: this bounds both.
+    at_most_block_slots("allocator block size", allocator_block_size)?;
     Ok(allocator_block_size / kernel_block_size)
+}
+
+fn at_most_block_slots(what: &'static str, slots: usize) -> Result<()> {
+    if slots > MAX_BLOCK_SLOTS {
+        return Err(Error::OutOfRange { what, value: slots as u64, min: 1, max: MAX_BLOCK_SLOTS as u64 });
+    }
+    Ok(())
 }
 
 /// Rewrites a `[num_seqs, allocator_blocks_per_seq]` table of allocator block
@@ -113,6 +127,18 @@ pub fn map_to_kernel_blocks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn block_and_page_sizes_are_bounded() {
+        assert!(KvLayout::block_table(MAX_BLOCK_SLOTS).validate().is_ok());
+        let err = KvLayout::block_table(1 << 60).validate().unwrap_err();
+        assert_eq!(err, Error::OutOfRange { what: "allocator block size", value: 1 << 60, min: 1, max: 1 << 20 });
+        let huge_allocator = KvLayout::BlockTable { kernel_block_size: 16, allocator_block_size: 1 << 40 };
+        assert!(matches!(huge_allocator.validate(), Err(Error::OutOfRange { value, .. }) if value == 1 << 40));
+        let err = KvLayout::token_indices(usize::MAX).validate().unwrap_err();
+        assert!(matches!(err, Error::OutOfRange { what: "page size", .. }), "{err}");
+        assert!(KvLayout::token_indices(MAX_BLOCK_SLOTS).validate().is_ok());
+    }
 
     #[test]
     fn maps_allocator_blocks_to_kernel_blocks() {

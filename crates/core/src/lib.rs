@@ -38,9 +38,9 @@ pub use backend::{
 };
 pub use dtype::DType;
 pub use error::{Error, Result};
-pub use layout::{map_to_kernel_blocks, KvLayout};
+pub use layout::{map_to_kernel_blocks, KvLayout, MAX_BLOCK_SLOTS};
 pub use plan::{plan, KernelKind, Plan, Policy, PolicyDetail, SeqSplit, SparsePairs, SplitRule};
-pub use shape::{AttentionShape, DTypes, DecodeProblem};
+pub use shape::{AttentionShape, DTypes, DecodeProblem, MAX_HEADS, MAX_SEQ_LEN};
 
 /// Tokens per split-granularity tile. Split boundaries always fall on a
 /// multiple of this many tokens, on every backend, so that the CPU and GPU

@@ -30,10 +30,13 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-use crate::{AttentionShape, DecodeProblem, DeviceProps, Error, Result, TILE_TOKENS};
+use crate::{AttentionShape, DecodeProblem, DeviceProps, Error, Result, MAX_SEQ_LEN, TILE_TOKENS};
 
 /// The largest split count any policy may ask for.
 pub const MAX_SPLITS: u32 = 1024;
+
+/// Tiles of the longest sequence ([`MAX_SEQ_LEN`] tokens).
+pub const MAX_SEQ_TILES: u32 = MAX_SEQ_LEN.div_ceil(TILE_TOKENS);
 
 /// The most sequences a batch rule's kernel counts in each CTA (the CUDA
 /// packed launches: decode_params.h, DECODE_PACK_MAX_SEQS).
@@ -139,8 +142,10 @@ impl Policy {
             Policy::Fixed { splits } if splits == 0 || splits > MAX_SPLITS => {
                 bad("the split count must be between 1 and 1024")
             }
-            Policy::Deterministic { tile_tokens } if tile_tokens == 0 || tile_tokens % TILE_TOKENS != 0 => {
-                bad("the split length must be a positive multiple of 16 tokens")
+            Policy::Deterministic { tile_tokens }
+                if tile_tokens == 0 || tile_tokens % TILE_TOKENS != 0 || tile_tokens / TILE_TOKENS > MAX_SEQ_TILES =>
+            {
+                bad("the split length must be a positive multiple of 16 tokens, at most 2^31")
             }
             _ => Ok(()),
         }
@@ -198,6 +203,26 @@ impl SplitRule {
     /// `num_splits` splits of at least `min_tiles_per_split` tiles for every length.
     pub const fn new(num_splits: u32, min_tiles_per_split: u32) -> SplitRule {
         SplitRule { num_splits, min_tiles_per_split, short_splits: 0, short_below_tiles: 0, batch_splits: 0 }
+    }
+
+    /// Refuses a rule that no planner makes (a plan is plain data, and may
+    /// come edited from JSON): no splits or more than [`MAX_SPLITS`], or a
+    /// tile count past the longest sequence's, where the arithmetic of a
+    /// split's tokens would leave 32 bits.
+    pub fn check(&self) -> Result<()> {
+        let fields = [
+            ("the split rule's num_splits", self.num_splits, 1, MAX_SPLITS),
+            ("the split rule's min_tiles_per_split", self.min_tiles_per_split, 0, MAX_SEQ_TILES),
+            ("the split rule's short_splits", self.short_splits, 0, MAX_SPLITS),
+            ("the split rule's short_below_tiles", self.short_below_tiles, 0, MAX_SEQ_TILES),
+            ("the split rule's batch_splits", self.batch_splits, 0, MAX_SPLITS),
+        ];
+        for (what, value, min, max) in fields {
+            if !(min..=max).contains(&value) {
+                return Err(Error::OutOfRange { what, value: value as u64, min: min as u64, max: max as u64 });
+            }
+        }
+        Ok(())
     }
 
     /// Whether the rule cuts by the batch (`batch_splits > 0`): evaluate it
@@ -278,9 +303,10 @@ pub struct SeqSplit {
 impl SeqSplit {
     /// Token range `[start, end)` of split `j` (empty for surplus splits).
     pub fn token_range(&self, split: u32) -> (u32, u32) {
-        let per = self.tiles_per_split * TILE_TOKENS;
-        let start = (split * per).min(self.seq_len);
-        let end = ((split + 1) * per).min(self.seq_len);
+        // In 64 bits: a split's end may lie past u32 where the sequence does not.
+        let per = self.tiles_per_split as u64 * TILE_TOKENS as u64;
+        let start = (split as u64 * per).min(self.seq_len as u64) as u32;
+        let end = ((split as u64 + 1) * per).min(self.seq_len as u64) as u32;
         (start, end)
     }
 }
@@ -414,9 +440,7 @@ impl SparsePairs {
 pub fn plan(problem: &DecodeProblem, policy: Policy, device: &DeviceProps) -> Result<Plan> {
     problem.validate()?;
     policy.validate(&policy.to_string())?;
-    if device.num_sms == 0 {
-        return Err(Error::InvalidDevice { num_sms: device.num_sms });
-    }
+    device.validate()?;
     let shape = problem.shape;
     let num_seqs = problem.num_seqs() as u64;
     let cta_heads = cta_heads(&shape, device);

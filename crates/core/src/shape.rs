@@ -8,6 +8,15 @@ use crate::{DType, Error, KvLayout, Result};
 /// Head dims every backend supports.
 pub const SUPPORTED_HEAD_DIMS: &[usize] = &[64, 80, 96, 112, 120, 128, 192, 256];
 
+/// Most query heads (and so KV heads) a problem may have: 512 times the
+/// largest model's 128, and small enough that a token's row over all heads
+/// (at most 2^16 * 256 * 4 bytes) and every count of rows the planner and
+/// the backends derive from it fit their integers.
+pub const MAX_HEADS: usize = 1 << 16;
+
+/// Longest sequence: the `seq_lens` buffers the kernels read are `i32`.
+pub const MAX_SEQ_LEN: u32 = i32::MAX as u32;
+
 /// The per-layer attention geometry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttentionShape {
@@ -26,6 +35,15 @@ impl AttentionShape {
     pub fn validate(&self) -> Result<()> {
         if self.num_kv_heads == 0 || self.num_q_heads == 0 || self.num_q_heads % self.num_kv_heads != 0 {
             return Err(Error::InvalidHeads { num_q_heads: self.num_q_heads, num_kv_heads: self.num_kv_heads });
+        }
+        // num_kv_heads divides num_q_heads, so this bounds both.
+        if self.num_q_heads > MAX_HEADS {
+            return Err(Error::OutOfRange {
+                what: "num_q_heads",
+                value: self.num_q_heads as u64,
+                min: 1,
+                max: MAX_HEADS as u64,
+            });
         }
         if !SUPPORTED_HEAD_DIMS.contains(&self.head_dim) {
             return Err(Error::UnsupportedHeadDim { head_dim: self.head_dim, supported: SUPPORTED_HEAD_DIMS });
@@ -81,7 +99,11 @@ impl DecodeProblem {
 
     pub fn validate(&self) -> Result<()> {
         self.shape.validate()?;
-        self.layout.validate()
+        self.layout.validate()?;
+        if let Some((seq, &seq_len)) = self.seq_lens.iter().enumerate().find(|&(_, &len)| len > MAX_SEQ_LEN) {
+            return Err(Error::SeqLenTooLarge { seq, seq_len: seq_len as u64, max: MAX_SEQ_LEN as u64 });
+        }
+        Ok(())
     }
 
     pub fn num_seqs(&self) -> usize {
@@ -141,6 +163,21 @@ mod tests {
         assert!(err.to_string().contains("28") && err.to_string().contains('5'));
         assert!(AttentionShape::new(8, 0, 128).is_err());
         assert!(AttentionShape::new(28, 4, 128).is_ok(), "non-power-of-two groups are fine");
+    }
+
+    #[test]
+    fn bounds_heads_and_lengths_so_sizes_cannot_wrap() {
+        assert!(AttentionShape::new(MAX_HEADS, 8, 256).is_ok());
+        // 2^62 query heads made every byte count wrap to 0 (s51's fuzzing).
+        let err = AttentionShape::new(1 << 62, 1, 128).unwrap_err();
+        assert_eq!(err, Error::OutOfRange { what: "num_q_heads", value: 1 << 62, min: 1, max: 1 << 16 });
+        assert!(err.to_string().contains("4611686018427387904"), "{err}");
+        let shape = AttentionShape::new(8, 2, 64).unwrap();
+        let with_lens =
+            |lens: Vec<u32>| DecodeProblem::new(shape, DTypes::uniform(DType::Bf16), KvLayout::block_table(16), lens);
+        assert!(with_lens(vec![0, MAX_SEQ_LEN]).is_ok());
+        let err = with_lens(vec![3, MAX_SEQ_LEN + 1]).unwrap_err();
+        assert_eq!(err, Error::SeqLenTooLarge { seq: 1, seq_len: 1 << 31, max: i32::MAX as u64 });
     }
 
     #[test]

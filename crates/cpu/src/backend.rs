@@ -96,8 +96,21 @@ impl CpuBackend {
         CpuBackend::build(Pool::Global, rayon::current_num_threads())
     }
 
-    /// On a pool of its own with `threads` workers (at least one).
+    /// Most workers [`CpuBackend::with_threads`] starts: 4096, past any
+    /// machine's hardware threads (asking for a million hung the caller
+    /// while the pool started them).
+    pub const MAX_THREADS: usize = 4096;
+
+    /// On a pool of its own with `threads` workers (1 to [`Self::MAX_THREADS`]; 0 means 1).
     pub fn with_threads(threads: usize) -> Result<CpuBackend> {
+        if threads > Self::MAX_THREADS {
+            return Err(Error::OutOfRange {
+                what: "CPU threads",
+                value: threads as u64,
+                min: 1,
+                max: Self::MAX_THREADS as u64,
+            });
+        }
         let threads = threads.max(1);
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| Error::Device {
             backend: BACKEND,
@@ -110,7 +123,9 @@ impl CpuBackend {
         let threads = threads.max(1);
         let props = DeviceProps {
             name: format!("CPU ({threads} threads)"),
-            num_sms: u32::try_from(threads).unwrap_or(u32::MAX),
+            // The global pool's size is the environment's; the planner takes
+            // no more than MAX_DEVICE_UNITS.
+            num_sms: u32::try_from(threads).unwrap_or(u32::MAX).min(decode_attn_core::backend::MAX_DEVICE_UNITS),
             ctas_per_sm: 1,
             mem_bandwidth_gbps: Self::MEM_BANDWIDTH_GBPS,
             launch_overhead_us: Self::LAUNCH_OVERHEAD_US,

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use decode_attn_core::synth::{i32_bytes, relative_error, HostBatch, SplitMix64};
-use decode_attn_core::{DType, DecodeArgs, DecodeAttention, Error, KvIndexBuffers, KvLayout, Plan, Policy};
+use decode_attn_core::{DType, DecodeArgs, DecodeAttention, Error, KvIndexBuffers, KvLayout, MergeArgs, Plan, Policy};
 use decode_attn_cpu::reference::decode_reference_with_lse;
 use decode_attn_cpu::{CpuBackend, CpuBuffer};
 use proptest::prelude::*;
@@ -246,6 +246,73 @@ fn an_lse_buffer_of_the_wrong_size_is_refused_before_anything_is_written() {
         let expected = Error::BufferSize { name: "lse", expected: rows * 4, actual: rows * 4 - 4 };
         expect_error(&backend, &plan, &mut buffers, expected, &["lse"]);
         assert!(buffers.lse_f32().iter().all(|x| x.to_bits() == 0xABAB_ABAB), "lse written");
+    }
+}
+
+/// Sizes a caller (or an edited plan) gives that would wrap a byte count
+/// onto a buffer of the right size: each refused with the value, nothing
+/// written, never a panic or an abort (found by fuzzing in s51).
+#[test]
+fn sizes_past_what_fits_are_refused_not_wrapped() {
+    // A block-table stride whose table size wraps to the table's length.
+    let (backend, _, plan, mut buffers) = setup(KvLayout::block_table(16), Policy::Fixed { splits: 4 });
+    buffers.max_blocks_per_seq = buffers.max_blocks_per_seq.wrapping_add(1 << 62);
+    let stride = buffers.max_blocks_per_seq as u64;
+    let err = buffers.decode(&backend, &plan, None).unwrap_err();
+    assert!(matches!(err, Error::OutOfRange { what: "max_blocks_per_seq", value, .. } if value == stride), "{err}");
+    assert!(buffers.out.as_bytes().iter().all(|&b| b == POISON), "out written on {err}");
+
+    // A plan edited to shapes, block sizes and lengths no planner accepts.
+    type Edit = fn(&mut Plan);
+    let edits: [(&str, Edit); 4] = [
+        ("num_q_heads", |plan| plan.problem.shape.num_q_heads = 1 << 62),
+        ("allocator block size", |plan| {
+            plan.problem.layout = KvLayout::BlockTable { kernel_block_size: 1 << 60, allocator_block_size: 1 << 60 }
+        }),
+        ("length", |plan| plan.problem.seq_lens[1] = u32::MAX),
+        ("min_tiles_per_split", |plan| plan.rule.min_tiles_per_split = 1 << 28),
+    ];
+    for (mention, edit) in edits {
+        let (backend, _, mut plan, mut buffers) = setup(KvLayout::block_table(16), Policy::Fixed { splits: 4 });
+        edit(&mut plan);
+        let ws_before = buffers.workspace.clone();
+        let err = buffers.decode(&backend, &plan, None).unwrap_err();
+        assert!(
+            matches!(err, Error::OutOfRange { .. } | Error::SeqLenTooLarge { .. }) && err.to_string().contains(mention),
+            "{mention}: {err}"
+        );
+        assert!(buffers.out.as_bytes().iter().all(|&b| b == POISON), "out written on {err}");
+        assert!(buffers.workspace == ws_before, "workspace written on {err}");
+    }
+
+    // A pool too large to start.
+    let err = CpuBackend::with_threads(1 << 20).map(|_| ()).unwrap_err();
+    assert_eq!(err, Error::OutOfRange { what: "CPU threads", value: 1 << 20, min: 1, max: 4096 });
+}
+
+/// Merge counts whose product wraps: refused, where the wrapped sizes
+/// matched the (empty) buffers given and the call went on to allocate.
+#[test]
+fn merge_counts_past_what_fits_are_refused() {
+    let backend = backend();
+    for (num_tokens, num_heads, head_dim) in [(1usize << 62, 1, 4), (1 << 62, 4, 1), (1 << 32, 1 << 32, 1)] {
+        let empty = CpuBuffer::default();
+        let mut out = CpuBuffer::default();
+        let err = backend
+            .merge_attn_states(MergeArgs {
+                num_tokens,
+                num_heads,
+                head_dim,
+                dtype: DType::F32,
+                prefix: &empty,
+                prefix_lse: &empty,
+                suffix: &empty,
+                suffix_lse: &empty,
+                out: &mut out,
+                out_lse: None,
+            })
+            .unwrap_err();
+        assert!(matches!(err, Error::OutOfRange { what: "num_tokens * num_heads * head_dim", .. }), "{err}");
     }
 }
 

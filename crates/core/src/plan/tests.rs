@@ -271,6 +271,42 @@ fn plan_serialises_the_promised_json_fields() {
 }
 
 #[test]
+fn device_props_past_the_planners_arithmetic_are_refused() {
+    // splits_per_cta 2^31 on 65536 SMs made `auto` return 0 splits (s51's fuzzing).
+    let device = DeviceProps { num_sms: 65536, splits_per_cta: 1 << 31, ..h200() };
+    let err = plan(&llama3_8b(1, 4096), Policy::Auto, &device).unwrap_err();
+    assert_eq!(err, Error::OutOfRange { what: "the device's splits_per_cta", value: 1 << 31, min: 0, max: 1024 });
+    for device in [
+        DeviceProps { num_sms: (1 << 20) + 1, ..h200() },
+        DeviceProps { ctas_per_sm: 1 << 20, ..h200() },
+        DeviceProps { tiles_per_cta_step: u32::MAX, ..h200() },
+    ] {
+        assert!(matches!(plan(&llama3_8b(1, 4096), Policy::Auto, &device), Err(Error::OutOfRange { .. })));
+    }
+}
+
+#[test]
+fn split_rules_and_ranges_stay_in_range() {
+    // deterministic:4294967280 gave splits whose token ranges wrapped in 32 bits.
+    let err = plan(&llama3_8b(1, 16), Policy::Deterministic { tile_tokens: 4294967280 }, &h200()).unwrap_err();
+    assert!(matches!(err, Error::InvalidPolicy { .. }), "{err}");
+    assert!(plan(&llama3_8b(1, 16), Policy::Deterministic { tile_tokens: 1 << 31 }, &h200()).is_ok());
+    // The longest sequence at the largest split: ranges in order, none wrapped.
+    let split = SplitRule::new(7, 1).split(MAX_SEQ_LEN);
+    let ranges: Vec<_> = (0..8).map(|j| split.token_range(j)).collect();
+    assert_eq!(ranges[0].0, 0);
+    assert_eq!(ranges[6].1, MAX_SEQ_LEN);
+    assert!(ranges.windows(2).all(|w| w[0].1 == w[1].0 && w[0].0 <= w[0].1), "{ranges:?}");
+    assert_eq!(ranges[7], (MAX_SEQ_LEN, MAX_SEQ_LEN), "a surplus split is empty");
+    // An edited rule is refused by its check, with the field and value.
+    let edited = SplitRule { min_tiles_per_split: 1 << 28, ..SplitRule::new(4, 1) };
+    let err = edited.check().unwrap_err();
+    assert!(err.to_string().contains("min_tiles_per_split") && err.to_string().contains("268435456"), "{err}");
+    assert!(SplitRule { num_splits: 0, ..SplitRule::new(4, 1) }.check().is_err());
+    assert!(SplitRule::new(MAX_SPLITS, MAX_SEQ_TILES).check().is_ok());
+}
+
+#[test]
 fn zero_sms_is_an_error() {
     let mut device = h200();
     device.num_sms = 0;
