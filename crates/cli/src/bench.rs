@@ -28,7 +28,7 @@ use decode_attn::{
 use decode_attn_conformance::{lse_error, tolerance, with_first_sequences};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::args::{parse_backend, parse_dtype, parse_layout, parse_lens, parse_policy};
+use crate::args::{parse_backend, parse_batch, parse_dtype, parse_layout, parse_lens, parse_policy, Lens};
 use crate::models::{parse_model, Model, MODELS};
 use crate::CliResult;
 
@@ -39,6 +39,13 @@ const GIB: u64 = 1 << 30;
 const CPU_ROTATION: KvRotation = KvRotation::host(256 * MIB, 8);
 /// Shapes whose KV exceeds this are skipped, as `bench_peers.py` skips them.
 const MAX_KV_BYTES: u64 = 8 * GIB;
+/// Most host memory one shape may take (see [`Footprint`]): the largest
+/// shape the peers' grid times (8 GiB of f32 KV, on the CPU) takes 25 GiB.
+/// A shape that needs more, or more than the machine has available, is an
+/// error before anything runs.
+const MAX_HOST_BYTES: u64 = 32 * GIB;
+/// Longest `--plan-seq-len`: the lengths the kernels read are `i32`.
+const MAX_PLAN_SEQ_LEN: u32 = i32::MAX as u32;
 /// Multiply-adds of the f64 reference per shape; beyond it only the first
 /// sequences are checked (the reference is f64, single-threaded and slow).
 const REFERENCE_BUDGET_MACS: u64 = 1 << 28;
@@ -77,8 +84,8 @@ pub struct BenchArgs {
     /// Models, comma-separated (default: llama3-8b,llama3-70b-tp8).
     #[arg(long, value_delimiter = ',', value_parser = parse_model)]
     model: Vec<Model>,
-    /// Batch sizes, comma-separated (default: the grid's).
-    #[arg(long, value_delimiter = ',')]
+    /// Batch sizes, comma-separated (default: the grid's; at most 1048576).
+    #[arg(long, value_delimiter = ',', value_parser = parse_batch)]
     batch: Vec<usize>,
     /// Sequence lengths, comma-separated, one per shape (default: the grid's).
     #[arg(long, value_delimiter = ',')]
@@ -88,7 +95,7 @@ pub struct BenchArgs {
     /// `spread:B:LO-HI` (B lengths evenly spaced from LO to HI). Their CSV
     /// rows give B = the number of sequences and s = the longest.
     #[arg(long, value_delimiter = ',', value_parser = parse_lens, conflicts_with_all = ["batch", "seq_len", "grid"])]
-    lens: Vec<Vec<u32>>,
+    lens: Vec<Lens>,
     /// Policies to time, comma-separated: auto, vllm, sglang[:N], fixed:N, deterministic:TILE.
     #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = parse_policy)]
     policy: Vec<Policy>,
@@ -131,6 +138,40 @@ pub struct BenchArgs {
     lse: bool,
 }
 
+/// A shape before its lengths are written out (a batch of 2^20 sequences
+/// takes 4 MiB): one (model, batch, length) of the grid or one `--lens` batch.
+struct ShapeSpec {
+    model: Model,
+    lengths: Lengths,
+}
+
+enum Lengths {
+    Uniform { batch: usize, seq_len: u32 },
+    Ragged(Lens),
+}
+
+impl ShapeSpec {
+    /// The longest sequence.
+    fn seq_len(&self) -> u32 {
+        match &self.lengths {
+            Lengths::Uniform { seq_len, .. } => *seq_len,
+            Lengths::Ragged(lens) => lens.max(),
+        }
+    }
+
+    fn shape(&self) -> Shape {
+        match &self.lengths {
+            Lengths::Uniform { batch, seq_len } => {
+                Shape { model: self.model, lens: vec![*seq_len; *batch], ragged: None }
+            }
+            Lengths::Ragged(lens) => {
+                let lens = lens.to_vec();
+                Shape { model: self.model, ragged: Some(ragged_label(&lens)), lens }
+            }
+        }
+    }
+}
+
 struct Shape {
     model: Model,
     /// Every sequence's length.
@@ -146,6 +187,17 @@ impl Shape {
     /// The longest sequence (the `s` of a CSV row).
     fn seq_len(&self) -> u32 {
         self.lens.iter().copied().max().unwrap_or(0)
+    }
+    /// The shape as an error message names it: `llama3-8b B=64 s=4096` or `llama3-8b --lens 1x1048576`.
+    fn describe(&self) -> String {
+        match &self.ragged {
+            None => format!("{} B={} s={}", self.model.name, self.batch(), self.seq_len()),
+            Some(label) => format!("{} --lens {label}", self.model.name),
+        }
+    }
+    fn problem(&self, dtype: DType, layout: KvLayout) -> CliResult<DecodeProblem> {
+        DecodeProblem::new(self.model.shape(), DTypes::uniform(dtype), layout, self.lens.clone())
+            .map_err(|err| format!("{}: {err}", self.describe()).into())
     }
 }
 
@@ -174,24 +226,25 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
     for &model in &models {
         if args.lens.is_empty() {
             for &batch in &batches {
-                shapes.extend(seq_lens.iter().map(|&seq_len| Shape {
-                    model,
-                    lens: vec![seq_len; batch],
-                    ragged: None,
-                }));
+                shapes.extend(
+                    seq_lens.iter().map(|&seq_len| ShapeSpec { model, lengths: Lengths::Uniform { batch, seq_len } }),
+                );
             }
         } else {
-            shapes.extend(args.lens.iter().map(|lens| Shape {
-                model,
-                lens: lens.clone(),
-                ragged: Some(ragged_label(lens)),
-            }));
+            shapes.extend(args.lens.iter().map(|lens| ShapeSpec { model, lengths: Lengths::Ragged(lens.clone()) }));
         }
     }
 
     if let Some(plan_len) = args.plan_seq_len {
         if !matches!(args.layout, KvLayout::BlockTable { .. }) {
             return Err("--plan-seq-len needs a block-table layout (block:N)".into());
+        }
+        if plan_len > MAX_PLAN_SEQ_LEN {
+            return Err(format!(
+                "--plan-seq-len {plan_len} is longer than any sequence the kernels take ({MAX_PLAN_SEQ_LEN} tokens: \
+                 lengths are i32 on the device)"
+            )
+            .into());
         }
         if let Some(shape) = shapes.iter().find(|shape| shape.seq_len() > plan_len) {
             return Err(format!(
@@ -204,6 +257,31 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
 
     let backend = crate::open_backend(args.backend)?;
     let gpu = backend.name() != "cpu";
+    // Every shape that will run must be valid and fit in memory: refused
+    // here, before any is timed, rather than failing (or worse, killed for
+    // memory) halfway through.
+    let available = available_memory_bytes();
+    for spec in &shapes {
+        let shape = spec.shape();
+        let problem = shape.problem(args.dtype, args.layout)?;
+        if read_kv_bytes(&problem) > MAX_KV_BYTES as u128 {
+            continue; // skipped below
+        }
+        let footprint = Footprint::of(&problem, args.plan_seq_len, (!gpu).then_some(&CPU_ROTATION));
+        let (limit, whose) = match available {
+            Some(bytes) if bytes < MAX_HOST_BYTES => (bytes, "this machine has available"),
+            _ => (MAX_HOST_BYTES, "the bench takes for one shape"),
+        };
+        if footprint.total > limit as u128 {
+            let planned = args.plan_seq_len.map(|len| format!(" planned for {len} tokens")).unwrap_or_default();
+            return Err(format!(
+                "{}{planned}: {footprint}, more than the {} {whose}",
+                shape.describe(),
+                gib(limit as u128)
+            )
+            .into());
+        }
+    }
     let copy_bytes = if gpu { 1 << 30 } else { 256 * MIB };
     let copy_gbps = backend.copy_bandwidth_gbps(copy_bytes)?;
     outln!(
@@ -262,10 +340,11 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
     let started = Instant::now();
     let mut failures = 0usize;
     let mut partly_checked = false;
-    for shape in &shapes {
+    for spec in &shapes {
+        let shape = &spec.shape();
         progress.set_message(format!("{} B={} s={}", shape.model.name, shape.batch(), shape.seq_len()));
-        let problem =
-            DecodeProblem::new(shape.model.shape(), DTypes::uniform(args.dtype), args.layout, shape.lens.clone())?;
+        let problem = shape.problem(args.dtype, args.layout)?;
+        let kv_bytes = read_kv_bytes(&problem);
         if let Some(label) = &shape.ragged {
             progress.suspend(|| {
                 outln!(
@@ -273,18 +352,18 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
                     shape.model.name,
                     shape.batch(),
                     shape.lens.iter().map(|&s| s as u64).sum::<u64>(),
-                    problem.kv_bytes() as f64 / MIB as f64
+                    kv_bytes as f64 / MIB as f64
                 )
             });
         }
-        if problem.kv_bytes() > MAX_KV_BYTES {
+        if kv_bytes > MAX_KV_BYTES as u128 {
             progress.suspend(|| {
                 outln!(
                     "{:16} {:>4} {:>6} skipped: {:.1} GiB of KV is over the {} GiB the peers' bench also skips",
                     shape.model.name,
                     shape.batch(),
                     shape.seq_len(),
-                    problem.kv_bytes() as f64 / GIB as f64,
+                    kv_bytes as f64 / GIB as f64,
                     MAX_KV_BYTES / GIB
                 )
             });
@@ -350,6 +429,108 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Bytes of K and V that one decode call over `problem` reads
+/// ([`DecodeProblem::kv_bytes`], without overflow for any lengths).
+fn read_kv_bytes(problem: &DecodeProblem) -> u128 {
+    let tokens: u128 = problem.seq_lens.iter().map(|&len| len as u128).sum();
+    2 * tokens * problem.kv_bytes_per_token() as u128
+}
+
+/// The host memory the bench takes for one shape at the most (an estimate
+/// that errs high), computed from the lengths before anything is allocated:
+///
+/// * the synthetic batch ([`HostBatch::random`]): K and V pools of whole
+///   allocator blocks (or pages) per sequence, a quarter more spare and one
+///   more, filled through an f32 copy of one pool; its block table (as wide
+///   as `--plan-seq-len`, next to the table before widening) or token
+///   indices, and a copy of it staged for the upload; Q;
+/// * on the CPU, whose buffers are host memory: the uploaded batch, output
+///   and the rotation's copies of the pools;
+/// * the check: the poisoned output, its f32 download and the f64 reference
+///   of the sequences checked.
+struct Footprint {
+    /// Allocator blocks (or pages) in the pool, spares included, and their slots.
+    blocks: u128,
+    block_slots: usize,
+    /// K and V pools, once.
+    pool: u128,
+    /// The block table or token indices, once.
+    index: u128,
+    /// Pools on the host (the batch's own, and on the CPU the rotation's).
+    pools: u128,
+    total: u128,
+}
+
+impl Footprint {
+    fn of(problem: &DecodeProblem, plan_len: Option<u32>, host_rotation: Option<&KvRotation>) -> Footprint {
+        let lens = || problem.seq_lens.iter().map(|&len| len as u128);
+        let rows = problem.num_seqs() as u128;
+        let (block_slots, blocks, index_entries) = match problem.layout {
+            KvLayout::BlockTable { kernel_block_size, allocator_block_size } => {
+                let (kernel, allocator) = (kernel_block_size as u128, allocator_block_size as u128);
+                let used: u128 = lens().map(|len| len.div_ceil(allocator)).sum();
+                let stride = lens().map(|len| len.div_ceil(allocator)).max().unwrap_or(0).max(1);
+                let width =
+                    (stride * (allocator / kernel)).max(plan_len.map_or(0, |len| (len as u128).div_ceil(kernel)));
+                (allocator_block_size, used + used / 4 + 1, rows * width)
+            }
+            KvLayout::TokenIndices { page_size } => {
+                let used: u128 = lens().map(|len| len.div_ceil(page_size as u128)).sum();
+                (page_size, used + used / 4 + 1, lens().sum::<u128>() + rows + 1)
+            }
+        };
+        let slot_elements = (problem.shape.num_kv_heads * problem.shape.head_dim) as u128;
+        let slots = blocks * block_slots as u128;
+        let pool = 2 * slots * slot_elements * problem.dtypes.kv.size_bytes() as u128;
+        let fill = slots * slot_elements * 4;
+        let index = 4 * index_entries;
+        let row_elements = rows * (problem.shape.num_q_heads * problem.shape.head_dim) as u128;
+        let q = row_elements * problem.dtypes.q.size_bytes() as u128;
+        let out = row_elements * problem.dtypes.out.size_bytes() as u128;
+        let reference_elements = row_elements.min(REFERENCE_BUDGET_MACS as u128 / 2 + row_elements / rows.max(1));
+        let check = out + 4 * row_elements + 8 * reference_elements;
+        let (pools, device) = match host_rotation {
+            None => (1, 0),
+            Some(rotation) => {
+                let copies = rotation.copies(usize::try_from(pool).unwrap_or(usize::MAX)) as u128;
+                (1 + copies, index + q + out + 4 * rows * problem.shape.num_q_heads as u128)
+            }
+        };
+        let total = pools * pool + fill + 3 * index + q + device + check;
+        Footprint { blocks, block_slots, pool, index, pools, total }
+    }
+}
+
+impl std::fmt::Display for Footprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "needs about {} of host memory ({} of K and V pool in {} blocks of {} slots, spares included, \
+             {} on the host; {} of block table or token indices)",
+            gib(self.total),
+            gib(self.pool),
+            self.blocks,
+            self.block_slots,
+            if self.pools == 1 { "once".to_string() } else { format!("{} times", self.pools) },
+            gib(self.index)
+        )
+    }
+}
+
+/// Bytes as GiB, one decimal.
+fn gib(bytes: u128) -> String {
+    format!("{:.1} GiB", bytes as f64 / GIB as f64)
+}
+
+/// What the host has available for a new process (Linux's `MemAvailable`),
+/// where it says.
+fn available_memory_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|line| line.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.trim_start_matches("MemAvailable:").trim().trim_end_matches("kB").trim().parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// Widens every row of `batch`'s block table to hold `plan_len` tokens: the
@@ -653,7 +834,84 @@ impl Evictor {
 
 #[cfg(test)]
 mod tests {
-    use super::{python_exp, ragged_label};
+    use super::*;
+
+    /// The footprint's pool and index are what [`HostBatch::random`] (and
+    /// the widening) allocate, for both layouts and ragged lengths.
+    #[test]
+    fn the_footprint_counts_the_pool_and_index_the_batch_allocates() {
+        let shape = MODELS[1].shape();
+        for layout in [
+            KvLayout::block_table(16),
+            KvLayout::BlockTable { kernel_block_size: 16, allocator_block_size: 64 },
+            KvLayout::token_indices(1),
+            KvLayout::token_indices(16),
+        ] {
+            for (lens, plan_len) in [(vec![1, 17, 0, 300], None), (vec![5; 9], None), (vec![40, 1], Some(1000))] {
+                let problem = DecodeProblem::new(shape, DTypes::uniform(DType::Bf16), layout, lens.clone()).unwrap();
+                let plan_len = plan_len.filter(|_| matches!(layout, KvLayout::BlockTable { .. }));
+                let footprint = Footprint::of(&problem, plan_len, None);
+                let mut batch = HostBatch::random(&problem, 1);
+                if let Some(plan_len) = plan_len {
+                    widen_block_table(&mut batch, plan_len);
+                }
+                let index = match &batch.index {
+                    HostIndex::BlockTable { table, .. } => table.len(),
+                    HostIndex::TokenIndices { indptr, indices } => indptr.len() + indices.len(),
+                };
+                let at = format!("{layout} {lens:?} {plan_len:?}");
+                assert_eq!(footprint.pool, (batch.k_cache.len() + batch.v_cache.len()) as u128, "{at}");
+                assert_eq!(footprint.index, 4 * index as u128, "{at}");
+                assert_eq!(footprint.blocks * footprint.block_slots as u128, batch.num_slots as u128, "{at}");
+            }
+        }
+    }
+
+    /// Every shape the peers' grid does not skip fits, in every dtype, on a
+    /// GPU and on the CPU; 2^20 one-token sequences do not.
+    #[test]
+    fn the_host_limit_takes_the_peers_grid_and_refuses_a_pool_of_short_sequences() {
+        for model in &MODELS[..2] {
+            for dtype in [DType::Bf16, DType::F16, DType::F32] {
+                for (batch, seq_len) in Grid::Peers
+                    .batches()
+                    .into_iter()
+                    .flat_map(|b| Grid::Peers.seq_lens().into_iter().map(move |s| (b, s)))
+                {
+                    let problem = DecodeProblem::new(
+                        model.shape(),
+                        DTypes::uniform(dtype),
+                        KvLayout::block_table(16),
+                        vec![seq_len; batch],
+                    )
+                    .unwrap();
+                    if read_kv_bytes(&problem) > MAX_KV_BYTES as u128 {
+                        continue;
+                    }
+                    for rotation in [None, Some(&CPU_ROTATION)] {
+                        let footprint = Footprint::of(&problem, None, rotation);
+                        assert!(
+                            footprint.total <= MAX_HOST_BYTES as u128,
+                            "{} {dtype} B={batch} s={seq_len} cpu={}: {footprint}",
+                            model.name,
+                            rotation.is_some()
+                        );
+                    }
+                }
+            }
+        }
+        let ones = DecodeProblem::new(
+            MODELS[0].shape(),
+            DTypes::uniform(DType::Bf16),
+            KvLayout::block_table(16),
+            vec![1; crate::args::MAX_BATCH],
+        )
+        .unwrap();
+        assert!(read_kv_bytes(&ones) <= MAX_KV_BYTES as u128);
+        let footprint = Footprint::of(&ones, None, None);
+        assert_eq!((footprint.blocks, footprint.pool), (1310721, 1310721 * 16 * 2 * 2048));
+        assert!(footprint.total > MAX_HOST_BYTES as u128, "{footprint}");
+    }
 
     #[test]
     fn ragged_batches_are_labelled_by_runs() {

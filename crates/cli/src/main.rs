@@ -19,7 +19,7 @@ use decode_attn::{
 };
 use decode_attn_conformance::{Summary, Sweep};
 
-use crate::args::{parse_backend, parse_dtype, parse_layout, parse_policy};
+use crate::args::{parse_backend, parse_batch, parse_dtype, parse_layout, parse_policy};
 use crate::models::{parse_model, Model};
 
 type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -87,8 +87,8 @@ struct PlanArgs {
     /// Head dim (instead of --model).
     #[arg(long, requires = "heads")]
     head_dim: Option<usize>,
-    /// Sequences in the batch (default: 1, or the number of --seq-len values).
-    #[arg(long)]
+    /// Sequences in the batch (default: 1, or the number of --seq-len values; at most 1048576).
+    #[arg(long, value_parser = parse_batch)]
     batch: Option<usize>,
     /// One length for every sequence, or one per sequence: 4096 or 0,1,17,4096.
     #[arg(long, value_delimiter = ',', required = true, num_args = 1..)]

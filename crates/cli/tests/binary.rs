@@ -237,6 +237,80 @@ fn plan_takes_the_bandwidth_of_the_gpu_it_plans_for() {
     assert!(!refused.status.success() && stderr.contains("\"0\" is not a positive number of GB/s"), "{stderr}");
 }
 
+/// Runs the binary with `args`, expecting a refusal: a failing exit status
+/// that is neither a panic (101) nor an abort or a kill (no code), with
+/// every one of `named` in its stderr, before any work. Returns the stderr.
+fn refused(args: &[&str], named: &[&str]) -> String {
+    let started = std::time::Instant::now();
+    let output = Command::new(BINARY)
+        .args(args)
+        .env_remove("DECODE_ATTN_BACKEND")
+        .output()
+        .unwrap_or_else(|e| panic!("run decode-attn {args:?}: {e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(
+        matches!(output.status.code(), Some(code) if code != 0 && code != 101 && code != 134),
+        "decode-attn {args:?}: {}\n{stderr}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout)
+    );
+    for value in named {
+        assert!(stderr.contains(value), "decode-attn {args:?}: stderr does not name {value}:\n{stderr}");
+    }
+    // Refused before any batch is generated or copy timed.
+    assert!(started.elapsed().as_secs() < 20, "decode-attn {args:?} took {:?}", started.elapsed());
+    stderr
+}
+
+/// A batch past 2^20 sequences is refused by its count, in `plan` and in
+/// `bench`, as `--batch` or `--lens` (such counts once asked the allocator
+/// for 40 GB, or overflowed a capacity).
+#[test]
+fn batches_past_the_cap_are_refused_naming_the_count() {
+    for batch in ["10000000000", "4611686018427387904", "1048577"] {
+        refused(&["plan", "--model", "llama3-8b", "--seq-len", "10", "--batch", batch], &[batch, "1048576 at most"]);
+        let bench = ["bench", "--backend", "cpu", "--model", "llama3-8b", "--batch", batch, "--seq-len", "1"];
+        refused(&bench, &[batch, "1048576 at most"]);
+    }
+    for (lens, count) in [("spread:18446744073709551615:1-2", "18446744073709551615"), ("1x1048576+1x1", "1048577")] {
+        refused(&["bench", "--backend", "cpu", "--lens", lens], &[count, "1048576 at most"]);
+    }
+}
+
+/// A shape whose synthetic KV pool would not fit in memory is refused by
+/// what the pool takes, not by the KV it reads: 2^20 one-token sequences
+/// read 4 GiB of llama3-8b's KV but fill 2^20 whole blocks of 16 slots, and
+/// a quarter more spare (80 GiB).
+#[test]
+fn a_pool_too_large_for_memory_is_refused_before_anything_runs() {
+    let stderr = refused(&["bench", "--backend", "cpu", "--model", "llama3-8b", "--lens", "1x1048576"], &["1x1048576"]);
+    assert!(
+        stderr.contains("of host memory") && stderr.contains("80.0 GiB of K and V pool in 1310721 blocks of 16 slots"),
+        "{stderr}"
+    );
+}
+
+/// `--plan-seq-len` past the kernels' i32 lengths is refused, and so is one
+/// whose widened block table would not fit (64 rows of 2^27 blocks: 32 GiB).
+#[test]
+fn a_plan_length_too_long_or_too_wide_is_refused() {
+    let bench = ["bench", "--backend", "cpu", "--model", "llama3-8b", "--batch", "64", "--seq-len", "16"];
+    refused(&[&bench[..], &["--plan-seq-len", "4294967295"]].concat(), &["--plan-seq-len 4294967295", "2147483647"]);
+    let stderr = refused(&[&bench[..], &["--plan-seq-len", "2147483647"]].concat(), &["planned for 2147483647 tokens"]);
+    assert!(stderr.contains("32.0 GiB of block table"), "{stderr}");
+}
+
+/// Lengths past i32::MAX (the device's lengths) are refused by the problem's
+/// validation, naming the length, before the CLI computes anything from them.
+#[test]
+fn lengths_past_i32_are_refused_naming_the_length() {
+    refused(&["plan", "--model", "llama3-8b", "--seq-len", "4294967295"], &["4294967295"]);
+    refused(&["plan", "--model", "llama3-8b", "--seq-len", "4294967295", "--batch", "1048576"], &["4294967295"]);
+    let bench = ["bench", "--backend", "cpu", "--model", "llama3-8b", "--batch", "1", "--seq-len", "4294967295"];
+    refused(&bench, &["4294967295"]);
+    refused(&["bench", "--backend", "cpu", "--lens", "2147483648x1+1x1048575"], &["2147483648"]);
+}
+
 #[test]
 fn the_elf_reader_rejects_what_is_not_elf() {
     assert!(needed_libraries(b"#!/bin/sh\n").is_err());
