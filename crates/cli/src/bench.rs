@@ -264,7 +264,7 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
     for spec in &shapes {
         let shape = spec.shape();
         let problem = shape.problem(args.dtype, args.layout)?;
-        if read_kv_bytes(&problem) > MAX_KV_BYTES as u128 {
+        if problem.kv_bytes() > MAX_KV_BYTES {
             continue; // skipped below
         }
         let footprint = Footprint::of(&problem, args.plan_seq_len, (!gpu).then_some(&CPU_ROTATION));
@@ -344,7 +344,7 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
         let shape = &spec.shape();
         progress.set_message(format!("{} B={} s={}", shape.model.name, shape.batch(), shape.seq_len()));
         let problem = shape.problem(args.dtype, args.layout)?;
-        let kv_bytes = read_kv_bytes(&problem);
+        let kv_bytes = problem.kv_bytes();
         if let Some(label) = &shape.ragged {
             progress.suspend(|| {
                 outln!(
@@ -356,7 +356,7 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
                 )
             });
         }
-        if kv_bytes > MAX_KV_BYTES as u128 {
+        if kv_bytes > MAX_KV_BYTES {
             progress.suspend(|| {
                 outln!(
                     "{:16} {:>4} {:>6} skipped: {:.1} GiB of KV is over the {} GiB the peers' bench also skips",
@@ -431,13 +431,6 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Bytes of K and V that one decode call over `problem` reads
-/// ([`DecodeProblem::kv_bytes`], without overflow for any lengths).
-fn read_kv_bytes(problem: &DecodeProblem) -> u128 {
-    let tokens: u128 = problem.seq_lens.iter().map(|&len| len as u128).sum();
-    2 * tokens * problem.kv_bytes_per_token() as u128
-}
-
 /// The host memory the bench takes for one shape at the most (an estimate
 /// that errs high), computed from the lengths before anything is allocated:
 ///
@@ -467,19 +460,17 @@ impl Footprint {
     fn of(problem: &DecodeProblem, plan_len: Option<u32>, host_rotation: Option<&KvRotation>) -> Footprint {
         let lens = || problem.seq_lens.iter().map(|&len| len as u128);
         let rows = problem.num_seqs() as u128;
-        let (block_slots, blocks, index_entries) = match problem.layout {
+        let (blocks, block_slots) = HostBatch::pool_blocks(problem);
+        let blocks = blocks as u128;
+        let index_entries = match problem.layout {
             KvLayout::BlockTable { kernel_block_size, allocator_block_size } => {
                 let (kernel, allocator) = (kernel_block_size as u128, allocator_block_size as u128);
-                let used: u128 = lens().map(|len| len.div_ceil(allocator)).sum();
                 let stride = lens().map(|len| len.div_ceil(allocator)).max().unwrap_or(0).max(1);
                 let width =
                     (stride * (allocator / kernel)).max(plan_len.map_or(0, |len| (len as u128).div_ceil(kernel)));
-                (allocator_block_size, used + used / 4 + 1, rows * width)
+                rows * width
             }
-            KvLayout::TokenIndices { page_size } => {
-                let used: u128 = lens().map(|len| len.div_ceil(page_size as u128)).sum();
-                (page_size, used + used / 4 + 1, lens().sum::<u128>() + rows + 1)
-            }
+            KvLayout::TokenIndices { .. } => lens().sum::<u128>() + rows + 1,
         };
         let slot_elements = (problem.shape.num_kv_heads * problem.shape.head_dim) as u128;
         let slots = blocks * block_slots as u128;
@@ -885,7 +876,7 @@ mod tests {
                         vec![seq_len; batch],
                     )
                     .unwrap();
-                    if read_kv_bytes(&problem) > MAX_KV_BYTES as u128 {
+                    if problem.kv_bytes() > MAX_KV_BYTES {
                         continue;
                     }
                     for rotation in [None, Some(&CPU_ROTATION)] {
@@ -907,7 +898,7 @@ mod tests {
             vec![1; crate::args::MAX_BATCH],
         )
         .unwrap();
-        assert!(read_kv_bytes(&ones) <= MAX_KV_BYTES as u128);
+        assert!(ones.kv_bytes() <= MAX_KV_BYTES);
         let footprint = Footprint::of(&ones, None, None);
         assert_eq!((footprint.blocks, footprint.pool), (1310721, 1310721 * 16 * 2 * 2048));
         assert!(footprint.total > MAX_HOST_BYTES as u128, "{footprint}");

@@ -157,18 +157,15 @@ impl DeviceProps {
         if self.num_sms == 0 {
             return Err(Error::InvalidDevice { num_sms: self.num_sms });
         }
-        let fields = [
-            ("the device's num_sms", self.num_sms, MAX_DEVICE_UNITS),
-            ("the device's ctas_per_sm", self.ctas_per_sm, MAX_PER_CTA_OR_SM),
-            ("the device's tiles_per_cta_step", self.tiles_per_cta_step, MAX_PER_CTA_OR_SM),
-            ("the device's splits_per_cta", self.splits_per_cta, MAX_PER_CTA_OR_SM),
-        ];
-        for (what, value, max) in fields {
-            if value > max {
-                return Err(Error::OutOfRange { what, value: value as u64, min: 0, max: max as u64 });
-            }
-        }
-        Ok(())
+        Error::check_range("the device's num_sms", self.num_sms as u64, 0, MAX_DEVICE_UNITS as u64)?;
+        Error::check_range("the device's ctas_per_sm", self.ctas_per_sm as u64, 0, MAX_PER_CTA_OR_SM as u64)?;
+        Error::check_range(
+            "the device's tiles_per_cta_step",
+            self.tiles_per_cta_step as u64,
+            0,
+            MAX_PER_CTA_OR_SM as u64,
+        )?;
+        Error::check_range("the device's splits_per_cta", self.splits_per_cta as u64, 0, MAX_PER_CTA_OR_SM as u64)
     }
 
     /// An H100/H200-class GPU: what `decode-attn plan` assumes when told only `--sms`.

@@ -102,3 +102,15 @@ pub enum Error {
     #[error("{name}: device address {address:#x} is not a multiple of {alignment} bytes")]
     Misaligned { name: &'static str, address: u64, alignment: u64 },
 }
+
+impl Error {
+    /// `Ok` where `min <= value <= max`, else [`Error::OutOfRange`] naming
+    /// `what`, `value` and the range: the one check behind every bound.
+    pub fn check_range(what: &'static str, value: u64, min: u64, max: u64) -> Result<()> {
+        if (min..=max).contains(&value) {
+            Ok(())
+        } else {
+            Err(Error::OutOfRange { what, value, min, max })
+        }
+    }
+}

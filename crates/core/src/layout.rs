@@ -49,7 +49,7 @@ impl KvLayout {
                 if page_size == 0 {
                     Err(Error::InvalidPageSize { page_size })
                 } else {
-                    at_most_block_slots("page size", page_size)
+                    Error::check_range("page size", page_size as u64, 1, MAX_BLOCK_SLOTS as u64)
                 }
             }
         }
@@ -81,15 +81,8 @@ fn check_block_sizes(kernel_block_size: usize, allocator_block_size: usize) -> R
         return Err(Error::BlockSizeMismatch { kernel_block_size, allocator_block_size });
     }
     // The allocator block is a multiple of the kernel block: this bounds both.
-    at_most_block_slots("allocator block size", allocator_block_size)?;
+    Error::check_range("allocator block size", allocator_block_size as u64, 1, MAX_BLOCK_SLOTS as u64)?;
     Ok(allocator_block_size / kernel_block_size)
-}
-
-fn at_most_block_slots(what: &'static str, slots: usize) -> Result<()> {
-    if slots > MAX_BLOCK_SLOTS {
-        return Err(Error::OutOfRange { what, value: slots as u64, min: 1, max: MAX_BLOCK_SLOTS as u64 });
-    }
-    Ok(())
 }
 
 /// Rewrites a `[num_seqs, allocator_blocks_per_seq]` table of allocator block

@@ -210,19 +210,12 @@ impl SplitRule {
     /// tile count past the longest sequence's, where the arithmetic of a
     /// split's tokens would leave 32 bits.
     pub fn check(&self) -> Result<()> {
-        let fields = [
-            ("the split rule's num_splits", self.num_splits, 1, MAX_SPLITS),
-            ("the split rule's min_tiles_per_split", self.min_tiles_per_split, 0, MAX_SEQ_TILES),
-            ("the split rule's short_splits", self.short_splits, 0, MAX_SPLITS),
-            ("the split rule's short_below_tiles", self.short_below_tiles, 0, MAX_SEQ_TILES),
-            ("the split rule's batch_splits", self.batch_splits, 0, MAX_SPLITS),
-        ];
-        for (what, value, min, max) in fields {
-            if !(min..=max).contains(&value) {
-                return Err(Error::OutOfRange { what, value: value as u64, min: min as u64, max: max as u64 });
-            }
-        }
-        Ok(())
+        let (splits, tiles) = (MAX_SPLITS as u64, MAX_SEQ_TILES as u64);
+        Error::check_range("the split rule's num_splits", self.num_splits as u64, 1, splits)?;
+        Error::check_range("the split rule's min_tiles_per_split", self.min_tiles_per_split as u64, 0, tiles)?;
+        Error::check_range("the split rule's short_splits", self.short_splits as u64, 0, splits)?;
+        Error::check_range("the split rule's short_below_tiles", self.short_below_tiles as u64, 0, tiles)?;
+        Error::check_range("the split rule's batch_splits", self.batch_splits as u64, 0, splits)
     }
 
     /// Whether the rule cuts by the batch (`batch_splits > 0`): evaluate it

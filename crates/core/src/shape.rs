@@ -37,14 +37,7 @@ impl AttentionShape {
             return Err(Error::InvalidHeads { num_q_heads: self.num_q_heads, num_kv_heads: self.num_kv_heads });
         }
         // num_kv_heads divides num_q_heads, so this bounds both.
-        if self.num_q_heads > MAX_HEADS {
-            return Err(Error::OutOfRange {
-                what: "num_q_heads",
-                value: self.num_q_heads as u64,
-                min: 1,
-                max: MAX_HEADS as u64,
-            });
-        }
+        Error::check_range("num_q_heads", self.num_q_heads as u64, 1, MAX_HEADS as u64)?;
         if !SUPPORTED_HEAD_DIMS.contains(&self.head_dim) {
             return Err(Error::UnsupportedHeadDim { head_dim: self.head_dim, supported: SUPPORTED_HEAD_DIMS });
         }
@@ -119,10 +112,11 @@ impl DecodeProblem {
         self.shape.num_kv_heads * self.shape.head_dim * self.dtypes.kv.size_bytes()
     }
 
-    /// Bytes of K and V that one decode call must read: 2 * h_kv * d * b per position.
+    /// Bytes of K and V that one decode call must read: 2 * h_kv * d * b per
+    /// position (`u64::MAX` where that does not fit: no call reads so much).
     pub fn kv_bytes(&self) -> u64 {
-        let tokens: u64 = self.seq_lens.iter().map(|&s| s as u64).sum();
-        2 * tokens * self.kv_bytes_per_token() as u64
+        let tokens = self.seq_lens.iter().fold(0u64, |sum, &s| sum.saturating_add(s as u64));
+        tokens.saturating_mul(2 * self.kv_bytes_per_token() as u64)
     }
 
     /// Bytes of Q (or the output, with `dtypes.out`): `[num_seqs, num_q_heads, head_dim]`.

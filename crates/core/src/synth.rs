@@ -59,19 +59,30 @@ pub struct HostBatch {
 }
 
 impl HostBatch {
+    /// The pool [`HostBatch::random`] lays out for `problem`: its allocator
+    /// blocks (or pages), the sequences' own plus a quarter more spare and
+    /// one more, and the slots in each.
+    pub fn pool_blocks(problem: &DecodeProblem) -> (usize, usize) {
+        let block_slots = match problem.layout {
+            KvLayout::BlockTable { allocator_block_size, .. } => allocator_block_size,
+            KvLayout::TokenIndices { page_size } => page_size,
+        };
+        let used: usize = problem.seq_lens.iter().map(|&s| (s as usize).div_ceil(block_slots)).sum();
+        (used + used / 4 + 1, block_slots)
+    }
+
     /// Random data in [-1, 1); physical blocks (or pages) shuffled over a pool
     /// with spare blocks, so that no sequence's KV is contiguous by accident.
     pub fn random(problem: &DecodeProblem, seed: u64) -> HostBatch {
         let mut rng = SplitMix64::new(seed);
         let shape = problem.shape;
         let seq_lens: Vec<i32> = problem.seq_lens.iter().map(|&s| s as i32).collect();
-        let (index, num_slots) = match problem.layout {
+        let (pool, block_slots) = Self::pool_blocks(problem);
+        let index = match problem.layout {
             KvLayout::BlockTable { kernel_block_size, allocator_block_size } => {
                 let blocks_per_seq: Vec<usize> =
                     problem.seq_lens.iter().map(|&s| (s as usize).div_ceil(allocator_block_size)).collect();
                 let stride = blocks_per_seq.iter().copied().max().unwrap_or(0).max(1);
-                let total: usize = blocks_per_seq.iter().sum();
-                let pool = total + total / 4 + 1;
                 let mut ids: Vec<i32> = (0..pool as i32).collect();
                 rng.shuffle(&mut ids);
                 let mut next = ids.into_iter();
@@ -84,13 +95,11 @@ impl HostBatch {
                 let (table, max_blocks_per_seq) =
                     map_to_kernel_blocks(&table, stride, allocator_block_size, kernel_block_size)
                         .expect("the problem's layout was validated");
-                (HostIndex::BlockTable { table, max_blocks_per_seq }, pool * allocator_block_size)
+                HostIndex::BlockTable { table, max_blocks_per_seq }
             }
             KvLayout::TokenIndices { page_size } => {
                 let pages_per_seq: Vec<usize> =
                     problem.seq_lens.iter().map(|&s| (s as usize).div_ceil(page_size)).collect();
-                let total: usize = pages_per_seq.iter().sum();
-                let pool = total + total / 4 + 1;
                 let mut pages: Vec<usize> = (0..pool).collect();
                 rng.shuffle(&mut pages);
                 let mut next = pages.into_iter();
@@ -103,9 +112,10 @@ impl HostBatch {
                     }
                     indptr.push(indices.len() as i32);
                 }
-                (HostIndex::TokenIndices { indptr, indices }, pool * page_size)
+                HostIndex::TokenIndices { indptr, indices }
             }
         };
+        let num_slots = pool * block_slots;
         let mut fill = |len: usize, dtype| {
             let values: Vec<f32> = (0..len).map(|_| rng.next_signed()).collect();
             dtype::encode(dtype, &values)

@@ -103,15 +103,8 @@ impl CpuBackend {
 
     /// On a pool of its own with `threads` workers (1 to [`Self::MAX_THREADS`]; 0 means 1).
     pub fn with_threads(threads: usize) -> Result<CpuBackend> {
-        if threads > Self::MAX_THREADS {
-            return Err(Error::OutOfRange {
-                what: "CPU threads",
-                value: threads as u64,
-                min: 1,
-                max: Self::MAX_THREADS as u64,
-            });
-        }
         let threads = threads.max(1);
+        Error::check_range("CPU threads", threads as u64, 1, Self::MAX_THREADS as u64)?;
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| Error::Device {
             backend: BACKEND,
             message: format!("cannot start a pool of {threads} threads: {e}"),
