@@ -264,14 +264,17 @@ unsafe fn scores_heads<const E: u8, const H: usize, const R: usize>(
         return;
     }
     let q = q.as_ptr();
+    let high = high_halves();
     for r0 in (0..TILE).step_by(R) {
         let mut a = [[_mm256_setzero_ps(); R]; H];
         let mut c = 0;
         while c + 16 <= d {
             // SAFETY: `c + 16 <= d`: head `h`'s group ends at `h * d + c + 16
             // <= H * d <= q.len()`; row `r0 + r < TILE` holds `d` elements.
-            score_chunk::<H, R>(&mut a, q.add(c), d, |r| load_half::<E, 0>(rows[r0 + r].as_ptr().add(c * size)));
-            score_chunk::<H, R>(&mut a, q.add(c + 8), d, |r| load_half::<E, 1>(rows[r0 + r].as_ptr().add(c * size)));
+            score_chunk::<H, R>(&mut a, q.add(c), d, |r| load_half::<E, 0>(rows[r0 + r].as_ptr().add(c * size), high));
+            score_chunk::<H, R>(&mut a, q.add(c + 8), d, |r| {
+                load_half::<E, 1>(rows[r0 + r].as_ptr().add(c * size), high)
+            });
             c += 16;
         }
         if c + 8 <= d {
@@ -404,15 +407,16 @@ unsafe fn load8<const E: u8>(src: *const u8) -> __m256 {
 
 /// Half `HALF` of the 16 elements of kind `E` at `src`, as f32, in pair
 /// order: for bf16, the 8 even-indexed elements (`HALF` 0) or the 8
-/// odd-indexed ones (`HALF` 1), each one load and one shift or mask where
-/// [`load8`] takes a widening load and a shift; for f16 and f32, elements
-/// `8 * HALF .. 8 * HALF + 8`, pair order being the natural one.
+/// odd-indexed ones (`HALF` 1), each one load and one shift or `vpand` with
+/// `high` (from [`high_halves`]) where [`load8`] takes a widening load and a
+/// shift; for f16 and f32, elements `8 * HALF .. 8 * HALF + 8`, pair order
+/// being the natural one.
 ///
 /// # Safety
 /// `src` must be valid for reading 16 elements; the CPU must have AVX2 and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn load_half<const E: u8, const HALF: usize>(src: *const u8) -> __m256 {
+unsafe fn load_half<const E: u8, const HALF: usize>(src: *const u8, high: __m256i) -> __m256 {
     if E != BF16 {
         let size = if E == F32 { 4 } else { 2 };
         return load8::<E>(src.add(8 * HALF * size));
@@ -423,8 +427,20 @@ unsafe fn load_half<const E: u8, const HALF: usize>(src: *const u8) -> __m256 {
     if HALF == 0 {
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(pairs))
     } else {
-        _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(0xffff_0000_u32 as i32)))
+        _mm256_castsi256_ps(_mm256_and_si256(pairs, high))
     }
+}
+
+/// The mask that keeps the high 16 bits of each 32-bit lane, for
+/// [`load_half`], made where the loops start and hidden from the compiler:
+/// with the constant in sight LLVM turns the `vpand` into a `vpblendw` with
+/// zero, which Zen 1 runs much slower (s52, C models of the two loops in L1:
+/// P·V 608-622 ns a tile against 546-548 with `vpand`, the scores 627-631
+/// against 559-572; `docs/experiments/s52/scores_pv.c` built with -DBLEND).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn high_halves() -> __m256i {
+    std::hint::black_box(_mm256_set1_epi32(0xffff_0000_u32 as i32))
 }
 
 /// `acc[h][j] += sum_i p[h][i] * v_i[j]` for the `H` heads of `acc`
@@ -448,19 +464,20 @@ unsafe fn accumulate_rows<const E: u8, const H: usize, const C: usize>(
     {
         return;
     }
+    let high = high_halves();
     // Whole 16-column groups (in pair order), then the last 8 columns.
     let paired = d / 16 * 16;
     let mut c = 0;
     while c + 8 * C <= paired {
-        accumulate_rows_block::<E, H, C>(acc, p, rows, d, c, pf);
+        accumulate_rows_block::<E, H, C>(acc, p, rows, d, c, high, pf);
         c += 8 * C;
     }
     while c + 16 <= paired {
-        accumulate_rows_block::<E, H, 2>(acc, p, rows, d, c, pf);
+        accumulate_rows_block::<E, H, 2>(acc, p, rows, d, c, high, pf);
         c += 16;
     }
     if c + 8 <= d {
-        accumulate_rows_block::<E, H, 1>(acc, p, rows, d, c, pf);
+        accumulate_rows_block::<E, H, 1>(acc, p, rows, d, c, high, pf);
     }
 }
 
@@ -482,6 +499,7 @@ unsafe fn accumulate_rows_block<const E: u8, const H: usize, const C: usize>(
     rows: &[&[u8]],
     d: usize,
     c: usize,
+    high: __m256i,
     pf: &mut TilePrefetch<'_>,
 ) {
     let size = if E == F32 { 4 } else { 2 };
@@ -509,8 +527,8 @@ unsafe fn accumulate_rows_block<const E: u8, const H: usize, const C: usize>(
             // register alone is the last 8 columns, in natural order.
             let v = match (C, j % 2) {
                 (1, _) => load8::<E>(src),
-                (_, 0) => load_half::<E, 0>(src.add(8 * j * size)),
-                _ => load_half::<E, 1>(src.add(8 * (j - 1) * size)),
+                (_, 0) => load_half::<E, 0>(src.add(8 * j * size), high),
+                _ => load_half::<E, 1>(src.add(8 * (j - 1) * size), high),
             };
             for h in 0..H {
                 a[h][j] = _mm256_fmadd_ps(pb[h], v, a[h][j]);
@@ -682,8 +700,8 @@ mod tests {
                     let src = bytes[(row * d + c) * 2..].as_ptr();
                     // SAFETY: the features were detected above; 16 bf16 lie at `src`.
                     unsafe {
-                        _mm256_storeu_ps(halves[0].as_mut_ptr(), load_half::<BF16, 0>(src));
-                        _mm256_storeu_ps(halves[1].as_mut_ptr(), load_half::<BF16, 1>(src));
+                        _mm256_storeu_ps(halves[0].as_mut_ptr(), load_half::<BF16, 0>(src, high_halves()));
+                        _mm256_storeu_ps(halves[1].as_mut_ptr(), load_half::<BF16, 1>(src, high_halves()));
                     }
                     let expected = &paired[row * d + c..row * d + c + 16];
                     assert_eq!(halves.concat(), expected, "d={d} row {row} group {c}");
