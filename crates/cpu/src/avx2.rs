@@ -290,8 +290,7 @@ unsafe fn scores_heads<const E: u8, const H: usize, const R: usize>(
         }
         // Each head's `R` sums go straight to its scores: reading them back
         // from one 32-byte store as single floats stalls the store's
-        // forwarding (s52, Zen 1: together with `transpose_sum`'s 128-bit
-        // form, a tile's scores 578 ns against 654 in a C model of this loop).
+        // forwarding (timed with `transpose_sum`, s52).
         let sums = transpose_sum(&flat);
         for h in 0..H {
             // SAFETY: `out` holds `H * TILE` floats and `r0 + R <= TILE`;
