@@ -177,8 +177,10 @@ fn prebuilt(workspace: &Path, files: &[KernelFile]) -> Option<(Vec<Object>, Stri
         let newest_input = file.inputs().filter_map(|p| fs::metadata(p).and_then(|m| m.modified()).ok()).max()?;
         for arch in ARCHS {
             let path = dir.join(format!("{}.{arch}.hsaco", file.stem));
-            println!("cargo:rerun-if-changed={}", path.display());
+            // Watched only once it exists: Cargo reruns a script on every
+            // build while a path it watches is missing.
             let modified = fs::metadata(&path).and_then(|m| m.modified()).ok()?;
+            println!("cargo:rerun-if-changed={}", path.display());
             if modified < newest_input {
                 return None;
             }
