@@ -453,6 +453,15 @@ static void check_one(const Case& c, const char* label, int kernel);
 static int kernel_filter = 7;  // `decode_test mma`: the tensor-core kernel's cases only
 static void check_case(const Case& c, const char* label, int kernels = 7) {
     kernels &= kernel_filter;
+    // `wide` and `mma warps` rerun only the cases they change: split cases
+    // through the stream and tensor-core kernels' reducer (the staged kernel
+    // and the batch rule have reducers of their own, an unsplit case none),
+    // and split cases with a split per warp (an unsplit CTA has no warp split).
+    if ((force_wide_reduce || warp_splits) && c.num_splits <= 1) return;
+    if (force_wide_reduce) {
+        if (c.batch_splits > 0) return;
+        kernels &= ~(1 << STAGED);
+    }
     if ((kernels >> STAGED & 1) && c.g * c.d <= DECODE_MAX_QK_ELEMS && c.heads_cap == 8) check_one(c, label, STAGED);
     if (kernels >> STREAM & 1) check_one(c, label, STREAM);
     if ((kernels >> MMA & 1) && c.heads_cap == 8 && has_mma_kernel(c.dt, c.d)) check_one(c, label, MMA);
@@ -945,10 +954,12 @@ int main(int argc, char** argv) {
                 check_case({F32, 80, 1, 2, 1, 16, {100, 200, 300, 400}, ns, 1, {NONE, BAD_INDPTR, BAD_INDPTR, NONE}},
                            "guards: bad indptr");
         }
-    for (int dt = 0; dt < 3; ++dt) {
-        check_merge(dt, 37, 5, 128, true);
-        check_merge(dt, 3, 4, 80, false);
-    }
+    // The merge kernel once, in the runs of every kernel.
+    if (kernel_filter == 7 && !force_wide_reduce)
+        for (int dt = 0; dt < 3; ++dt) {
+            check_merge(dt, 37, 5, 128, true);
+            check_merge(dt, 3, 4, 80, false);
+        }
     printf("stream kernel: %d cases, %d failed; max|err| f32 %.2e f16 %.2e bf16 %.2e\n", stream_cases,
            stream_failures, stream_worst[F32], stream_worst[F16], stream_worst[BF16]);
     printf("mma kernel: %d cases, %d failed; max|err| f16 %.2e bf16 %.2e\n", mma_cases, mma_failures, mma_worst[F16],
