@@ -43,12 +43,12 @@ inline unsigned short host_f32_to_f16(float f) {
 }
 inline float host_f16_to_f32(unsigned short h) {
     unsigned sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu;
-    float v;
-    if (exp == 0) v = std::ldexp((float)mant, -24);
-    else if (exp == 31) v = mant ? host_bits_to_f32(0x7fc00000u) : host_bits_to_f32(0x7f800000u);
-    // Normal: the same bits re-biased (exact; ldexp here was a quarter of
-    // the emulated tensor-core kernel's time).
-    else return host_bits_to_f32(sign | (exp + 112u) << 23 | mant << 13);
-    return host_bits_to_f32(host_f32_to_bits(v) | sign);
+    // Normal and infinite or NaN: the same bits re-biased (exact; ldexp
+    // here was a quarter of the emulated tensor-core kernel's time). A NaN
+    // becomes the quiet f32 NaN, as before.
+    if (exp == 31) return host_bits_to_f32(sign | 0x7f800000u | (mant ? 0x400000u : 0u));
+    if (exp != 0) return host_bits_to_f32(sign | (exp + 112u) << 23 | mant << 13);
+    // Subnormal: an f32 normal.
+    return host_bits_to_f32(host_f32_to_bits(std::ldexp((float)mant, -24)) | sign);
 }
 
