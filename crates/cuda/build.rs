@@ -2,8 +2,9 @@
 //! always embeds the source so that the backend can fall back to NVRTC.
 //!
 //! When `cargo xtask kernels` has left `target/kernels/cuda/decode.fatbin`
-//! (the same nvcc flags, plus its checks) newer than every file of
-//! kernels/cuda, that fatbin is embedded instead of compiling again: CI
+//! (the same nvcc flags, kernels/toolchain.rs, plus its checks) newer than
+//! every file of kernels/cuda and than those flags, that fatbin is embedded
+//! instead of compiling again: CI
 //! compiles decode.cu once, in that step, where clippy's build and the
 //! tests' build would each run this script and its nvcc (about five minutes
 //! each on two cores).
@@ -20,8 +21,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Real architectures embedded as SASS, plus PTX of the newest for newer GPUs.
-const ARCHS: &[&str] = &["80", "90"];
+// The nvcc, flags and architectures `cargo xtask kernels` compiles with too.
+#[allow(dead_code)] // the HIP half is crates/hip's
+#[path = "../../kernels/toolchain.rs"]
+mod toolchain;
 
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -32,7 +35,7 @@ fn main() {
         println!("cargo:rerun-if-env-changed={var}");
     }
     println!("cargo:rerun-if-changed={}", kernels.display());
-    let tools_nvcc = workspace.join(".tools/cuda/nvidia/cu13/bin/nvcc");
+    let tools_nvcc = toolchain::tools_nvcc(&workspace);
     // Only paths that exist: Cargo reruns a script on every build while a
     // path it watches is missing.
     if tools_nvcc.is_file() {
@@ -41,7 +44,7 @@ fn main() {
 
     let source = kernels.join("decode.cu");
     let fatbin = out.join("decode.fatbin");
-    let embedded = match (prebuilt(&workspace, &kernels), find_nvcc(&tools_nvcc)) {
+    let embedded = match (prebuilt(&workspace, &kernels), toolchain::find_nvcc(&workspace)) {
         (Some(prebuilt), _) => {
             if let Err(err) = fs::copy(&prebuilt, &fatbin) {
                 panic!("cannot copy {} to {}: {err}", prebuilt.display(), fatbin.display());
@@ -70,7 +73,7 @@ fn main() {
 
 /// `target/kernels/cuda/decode.fatbin` where `cargo xtask kernels` left it
 /// newer than every file of kernels/cuda (the kernel and the headers it
-/// includes).
+/// includes) and than kernels/toolchain.rs (how it was compiled).
 fn prebuilt(workspace: &Path, kernels: &Path) -> Option<PathBuf> {
     let fatbin = workspace.join("target/kernels/cuda/decode.fatbin");
     let built = fs::metadata(&fatbin).and_then(|m| m.modified()).ok()?;
@@ -79,6 +82,7 @@ fn prebuilt(workspace: &Path, kernels: &Path) -> Option<PathBuf> {
         .ok()?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|path| path.is_file())
+        .chain([workspace.join("kernels/toolchain.rs")])
         .map(|path| fs::metadata(&path).and_then(|m| m.modified()).ok())
         .collect::<Option<Vec<_>>>()?
         .into_iter()
@@ -86,38 +90,9 @@ fn prebuilt(workspace: &Path, kernels: &Path) -> Option<PathBuf> {
     (built >= newest_input).then_some(fatbin)
 }
 
-fn find_nvcc(tools_nvcc: &Path) -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(path) = env::var_os("DECODE_ATTN_NVCC") {
-        candidates.push(path.into());
-    }
-    candidates.push(tools_nvcc.to_path_buf());
-    if let Some(home) = env::var_os("CUDA_HOME") {
-        candidates.push(PathBuf::from(home).join("bin/nvcc"));
-    }
-    candidates.push("/usr/local/cuda/bin/nvcc".into());
-    if let Some(path) = env::var_os("PATH") {
-        candidates.extend(env::split_paths(&path).map(|dir| dir.join("nvcc")));
-    }
-    candidates.into_iter().find(|c| c.is_file())
-}
-
 fn compile(nvcc: &Path, source: &Path, include: &Path, fatbin: &Path) {
     let mut cmd = Command::new(nvcc);
-    // `--threads 0`: the architectures compile in parallel.
-    cmd.args(["-std=c++17", "-O3", "--fatbin", "-Werror", "all-warnings", "--threads", "0"]);
-    for arch in ARCHS {
-        cmd.arg(format!("-gencode=arch=compute_{arch},code=sm_{arch}"));
-    }
-    let newest = ARCHS.last().unwrap();
-    cmd.arg(format!("-gencode=arch=compute_{newest},code=compute_{newest}"));
-    // The PyPI wheels keep CCCL headers apart; harmless elsewhere.
-    if let Some(prefix) = nvcc.parent().and_then(Path::parent) {
-        let cccl = prefix.join("include/cccl");
-        if cccl.is_dir() {
-            cmd.arg(format!("-I{}", cccl.display()));
-        }
-    }
+    cmd.args(toolchain::nvcc_args(nvcc));
     cmd.arg(format!("-I{}", include.display())).arg(source).arg("-o").arg(fatbin);
     let output = cmd.output().unwrap_or_else(|e| panic!("could not run {}: {e}", nvcc.display()));
     if !output.status.success() {

@@ -38,8 +38,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// Architectures compiled ahead of time (MI200, MI300).
-const ARCHS: &[&str] = &["gfx90a", "gfx942"];
+// The flags and architectures `cargo xtask kernels` compiles with too.
+#[allow(dead_code)] // the CUDA half is crates/cuda's
+#[path = "../../kernels/toolchain.rs"]
+mod toolchain;
+
+use toolchain::HIP_ARCHS as ARCHS;
 /// The kernel files of kernels/hip (stems), in the order src/kernels.rs names them.
 const KERNELS: &[&str] = &["decode_kvgrid", "merge_states"];
 const DEBIAN_DEVICE_LIBS: &[&str] =
@@ -173,8 +177,14 @@ fn prebuilt(workspace: &Path, files: &[KernelFile]) -> Option<(Vec<Object>, Stri
     }
     let dir = workspace.join("target/kernels/hip");
     let mut objects = Vec::new();
+    // How they were compiled is an input of every object.
+    let flags = workspace.join("kernels/toolchain.rs");
     for file in files {
-        let newest_input = file.inputs().filter_map(|p| fs::metadata(p).and_then(|m| m.modified()).ok()).max()?;
+        let newest_input = file
+            .inputs()
+            .chain([flags.as_path()])
+            .filter_map(|p| fs::metadata(p).and_then(|m| m.modified()).ok())
+            .max()?;
         for arch in ARCHS {
             let path = dir.join(format!("{}.{arch}.hsaco", file.stem));
             // Watched only once it exists: Cargo reruns a script on every
@@ -227,9 +237,7 @@ fn code_objects(
         .map(|(file, arch)| {
             let object = Object { stem: file.stem, arch, path: out.join(format!("{}.{arch}.hsaco", file.stem)) };
             let mut cmd = Command::new(&clang);
-            cmd.args(["-x", "hip", "-std=c++17", "-O3", "--offload-device-only", "--no-gpu-bundle-output"])
-                .arg(format!("--offload-arch={arch}"))
-                .arg(format!("--rocm-device-lib-path={}", libs.display()));
+            cmd.args(toolchain::hip_clang_args(arch, &libs));
             if let Some(rocm) = &rocm_path {
                 cmd.arg(format!("--rocm-path={}", rocm.display()));
             }

@@ -41,10 +41,13 @@ const NVCC_WHEELS: &[&str] = &[
     "nvidia-cuda-runtime==13.0.*",
     "nvidia-cuda-cccl==13.0.*",
 ];
-/// SASS for these, plus PTX of the last so that newer GPUs JIT it.
-const CUDA_ARCHS: &[&str] = &["80", "90"];
-/// Code objects for these AMD targets (MI200 and MI300).
-const HIP_ARCHS: &[&str] = &["gfx90a", "gfx942"];
+
+// The nvcc, flags and architectures, shared with the build scripts of
+// crates/cuda and crates/hip, which embed what this compiles.
+#[path = "../../kernels/toolchain.rs"]
+mod toolchain;
+
+use toolchain::{find_nvcc, tools_nvcc, CUDA_ARCHS, HIP_ARCHS};
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -124,36 +127,20 @@ struct KernelTools {
 
 fn kernels() -> Result<KernelTools> {
     let root = workspace_root();
-    // Both vendors always run, so one report shows every kernel that fails.
-    let cuda = compile_cuda_kernels(&root);
-    let hip = compile_hip_kernels(&root);
+    // Both vendors always run, so one report shows every kernel that fails,
+    // and at once: nvcc alone keeps about 1.3 of two cores busy (it
+    // parallelises only across architectures), so clang's HIP builds run in
+    // what it leaves (CI's kernel step: docs/PERFORMANCE.md, s54).
+    let (cuda, hip) = std::thread::scope(|scope| {
+        let hip = scope.spawn(|| compile_hip_kernels(&root));
+        let cuda = compile_cuda_kernels(&root);
+        (cuda, hip.join().unwrap_or_else(|_| Err("kernels/hip: the compiling thread panicked".to_string())))
+    });
     match (cuda, hip) {
         (Ok(nvcc), Ok(hip)) => Ok(KernelTools { nvcc, hip }),
         (Err(err), Ok(_)) | (Ok(_), Err(err)) => Err(err),
         (Err(cuda), Err(hip)) => Err(format!("{cuda}\n{hip}")),
     }
-}
-
-/// Where nvcc is looked for, in the order `crates/cuda/build.rs` looks, so that
-/// this task and the build compile with the same compiler.
-fn find_nvcc(root: &Path) -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(path) = env::var_os("DECODE_ATTN_NVCC") {
-        candidates.push(path.into());
-    }
-    candidates.push(tools_nvcc(root));
-    if let Some(home) = env::var_os("CUDA_HOME") {
-        candidates.push(PathBuf::from(home).join("bin/nvcc"));
-    }
-    candidates.push("/usr/local/cuda/bin/nvcc".into());
-    if let Some(path) = env::var_os("PATH") {
-        candidates.extend(env::split_paths(&path).map(|dir| dir.join("nvcc")));
-    }
-    candidates.into_iter().find(|c| c.is_file())
-}
-
-fn tools_nvcc(root: &Path) -> PathBuf {
-    root.join(".tools/cuda/nvidia/cu13/bin/nvcc")
 }
 
 /// Installs nvcc 13.0 from PyPI's wheels into `.tools/cuda`: pip downloads
@@ -280,17 +267,35 @@ fn compile_cuda_kernels(root: &Path) -> Result<Option<PathBuf>> {
     let (_, version) = capture(Command::new(&nvcc).arg("--version"))?;
     let release = version.lines().find(|l| l.contains("release")).unwrap_or("version unknown").trim().to_string();
     println!("kernels/cuda: {} ({release})", nvcc.display());
-    let mut failed = Vec::new();
     let native_out = root.join("target/kernels/cuda");
-    for file in &native {
-        if !nvcc_check(&nvcc, file, false, &[&cuda_dir], &native_out)? {
-            failed.push(file_name(file));
-        }
-    }
     let portable_out = root.join("target/kernels/cuda-portable");
-    for file in &portable {
-        if !nvcc_check(&nvcc, file, true, &[&cuda_dir, &hip_dir], &portable_out)? {
-            failed.push(format!("{} (as CUDA)", file_name(file)));
+    let native_includes = [cuda_dir.as_path()];
+    let portable_includes = [cuda_dir.as_path(), hip_dir.as_path()];
+    let jobs: Vec<(&PathBuf, bool, &[&Path], &Path)> = native
+        .iter()
+        .map(|file| (file, false, &native_includes[..], native_out.as_path()))
+        .chain(portable.iter().map(|file| (file, true, &portable_includes[..], portable_out.as_path())))
+        .collect();
+    // Every file at once, for the same reason as the two vendors (`kernels`).
+    let outcomes: Vec<Result<bool>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = jobs
+            .iter()
+            .map(|&(file, as_cuda, includes, out_dir)| {
+                let nvcc = &nvcc;
+                scope.spawn(move || nvcc_check(nvcc, file, as_cuda, includes, out_dir))
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|thread| {
+                thread.join().unwrap_or_else(|_| Err("kernels/cuda: a compiling thread panicked".to_string()))
+            })
+            .collect()
+    });
+    let mut failed = Vec::new();
+    for (&(file, as_cuda, _, _), outcome) in jobs.iter().zip(outcomes) {
+        if !outcome? {
+            failed.push(if as_cuda { format!("{} (as CUDA)", file_name(file)) } else { file_name(file) });
         }
     }
     if failed.is_empty() {
@@ -307,8 +312,9 @@ fn file_name(file: &Path) -> String {
 /// Compiles one file with nvcc for every [`CUDA_ARCHS`] (SASS, plus PTX of
 /// the newest) into `out_dir/STEM.fatbin`, `-x cu` when `as_cuda` (a file
 /// whose extension nvcc would not take as CUDA), with `includes` as `-I`
-/// folders. Prints one line (or the failure's details); returns whether it
-/// compiled with no warning and no spill.
+/// folders. Prints one line (or the failure's details, in one piece, as
+/// other files compile beside it); returns whether it compiled with no
+/// warning and no spill.
 fn nvcc_check(nvcc: &Path, file: &Path, as_cuda: bool, includes: &[&Path], out_dir: &Path) -> Result<bool> {
     fs::create_dir_all(out_dir).map_err(|err| format!("cannot create {}: {err}", out_dir.display()))?;
     let stem = file.file_stem().and_then(OsStr::to_str).unwrap_or("kernel");
@@ -350,16 +356,17 @@ fn nvcc_check(nvcc: &Path, file: &Path, as_cuda: bool, includes: &[&Path], out_d
     let name = if as_cuda { format!("{} (as CUDA)", file_name(file)) } else { file_name(file) };
     let seconds = started.elapsed().as_secs_f64();
     if !ok || !spills.is_empty() || !warnings.is_empty() || !misaligned.is_empty() {
-        println!("{name}: FAILED after {seconds:.1} s");
+        let mut report = format!("{name}: FAILED after {seconds:.1} s\n");
         if !ok {
             // The compiler's own messages, without ptxas's per-function chatter.
             for line in log.lines().filter(|l| !l.starts_with("ptxas info") && !l.starts_with("    ")) {
-                println!("    {line}");
+                report.push_str(&format!("    {line}\n"));
             }
         }
         for line in warnings.iter().map(|w| w.to_string()).chain(spills).chain(misaligned) {
-            println!("    {line}");
+            report.push_str(&format!("    {line}\n"));
         }
+        print!("{report}");
         return Ok(false);
     }
     let archs: Vec<&str> = {
@@ -387,20 +394,9 @@ fn nvcc_command(nvcc: &Path, file: &Path, as_cuda: bool, includes: &[&Path], out
     if as_cuda {
         cmd.args(["-x", "cu"]);
     }
-    cmd.args(["-std=c++17", "-O3", "--fatbin", "-Werror", "all-warnings", "-Xptxas", "-v", "--threads", "0"]);
-    for arch in CUDA_ARCHS {
-        cmd.arg(format!("-gencode=arch=compute_{arch},code=sm_{arch}"));
-    }
-    if let Some(newest) = CUDA_ARCHS.last() {
-        cmd.arg(format!("-gencode=arch=compute_{newest},code=compute_{newest}"));
-    }
-    // The PyPI wheels keep the CCCL headers (cuda/std/...) in their own folder.
-    if let Some(prefix) = nvcc.parent().and_then(Path::parent) {
-        let cccl = prefix.join("include/cccl");
-        if cccl.is_dir() {
-            cmd.arg(format!("-I{}", cccl.display()));
-        }
-    }
+    cmd.args(toolchain::nvcc_args(nvcc));
+    // ptxas's registers and spills, read by `nvcc_check`.
+    cmd.args(["-Xptxas", "-v"]);
     for dir in includes {
         cmd.arg(format!("-I{}", dir.display()));
     }
@@ -466,29 +462,31 @@ fn compile_hip_kernels(root: &Path) -> Result<bool> {
         let started = Instant::now();
         let name = file.file_name().and_then(OsStr::to_str).unwrap_or("kernel").to_string();
         let stem = file.file_stem().and_then(OsStr::to_str).unwrap_or("kernel");
+        // Every architecture at once: one clang uses one core.
+        let outcomes: Vec<Result<(bool, String)>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = HIP_ARCHS
+                .iter()
+                .map(|&arch| {
+                    let mut cmd = Command::new(&clang);
+                    cmd.args(toolchain::hip_clang_args(arch, &device_libs))
+                        .args(["-Wall", "-Wextra", "-Werror"])
+                        .arg(format!("-I{}", dir.display()))
+                        .arg(format!("-I{}", root.join("kernels/cuda").display()))
+                        .arg("-c")
+                        .arg(file)
+                        .arg("-o")
+                        .arg(out_dir.join(format!("{stem}.{arch}.hsaco")));
+                    scope.spawn(move || capture(&mut cmd))
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|thread| thread.join().unwrap_or_else(|_| Err("a clang thread panicked".to_string())))
+                .collect()
+        });
         let mut problems = Vec::new();
-        for arch in HIP_ARCHS {
-            let mut cmd = Command::new(&clang);
-            cmd.args([
-                "-x",
-                "hip",
-                "-std=c++17",
-                "-O3",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "--offload-device-only",
-                "--no-gpu-bundle-output",
-            ])
-            .arg(format!("--offload-arch={arch}"))
-            .arg(format!("--rocm-device-lib-path={}", device_libs.display()))
-            .arg(format!("-I{}", dir.display()))
-            .arg(format!("-I{}", root.join("kernels/cuda").display()))
-            .arg("-c")
-            .arg(file)
-            .arg("-o")
-            .arg(out_dir.join(format!("{stem}.{arch}.hsaco")));
-            let (ok, log) = capture(&mut cmd)?;
+        for (arch, outcome) in HIP_ARCHS.iter().zip(outcomes) {
+            let (ok, log) = outcome?;
             if !ok || log.to_ascii_lowercase().contains("warning") {
                 problems.push(format!("{arch}:\n{log}"));
             }
@@ -497,10 +495,12 @@ fn compile_hip_kernels(root: &Path) -> Result<bool> {
         if problems.is_empty() {
             println!("{name}: ok in {seconds:.1} s; {}", HIP_ARCHS.join(", "));
         } else {
-            println!("{name}: FAILED after {seconds:.1} s");
+            // In one piece, as the CUDA files compile beside it.
+            let mut report = format!("{name}: FAILED after {seconds:.1} s\n");
             for problem in problems {
-                println!("    {}", problem.replace('\n', "\n    "));
+                report.push_str(&format!("    {}\n", problem.replace('\n', "\n    ")));
             }
+            print!("{report}");
             failed.push(name);
         }
     }
@@ -668,7 +668,7 @@ fn test_all_gpus() -> Result<()> {
     let root = workspace_root();
     let mut build = cargo();
     build.current_dir(&root).args(["build", "--release", "-q", "-p", "decode-attn-cli"]);
-    let tools_nvcc = root.join(".tools/cuda/nvidia/cu13/bin/nvcc");
+    let tools_nvcc = tools_nvcc(&root);
     if tools_nvcc.is_file() {
         build.env("DECODE_ATTN_NVCC", &tools_nvcc);
     }
