@@ -4,10 +4,9 @@
 //! When `cargo xtask kernels` has left `target/kernels/cuda/decode.fatbin`
 //! (the same nvcc flags, kernels/toolchain.rs, plus its checks) newer than
 //! every file of kernels/cuda and than those flags, that fatbin is embedded
-//! instead of compiling again: CI
-//! compiles decode.cu once, in that step, where clippy's build and the
-//! tests' build would each run this script and its nvcc (about five minutes
-//! each on two cores).
+//! instead of compiling again: CI compiles decode.cu once, in that step,
+//! where clippy's build and the tests' build would each run this script and
+//! its nvcc (about five minutes each on two cores).
 //!
 //! nvcc is looked for in `$DECODE_ATTN_NVCC`, then `.tools/cuda` of the
 //! workspace (where `cargo xtask kernels` installs it), `$CUDA_HOME/bin`,

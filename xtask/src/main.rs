@@ -277,21 +277,10 @@ fn compile_cuda_kernels(root: &Path) -> Result<Option<PathBuf>> {
         .chain(portable.iter().map(|file| (file, true, &portable_includes[..], portable_out.as_path())))
         .collect();
     // Every file at once, for the same reason as the two vendors (`kernels`).
-    let outcomes: Vec<Result<bool>> = std::thread::scope(|scope| {
-        let threads: Vec<_> = jobs
-            .iter()
-            .map(|&(file, as_cuda, includes, out_dir)| {
-                let nvcc = &nvcc;
-                scope.spawn(move || nvcc_check(nvcc, file, as_cuda, includes, out_dir))
-            })
-            .collect();
-        threads
-            .into_iter()
-            .map(|thread| {
-                thread.join().unwrap_or_else(|_| Err("kernels/cuda: a compiling thread panicked".to_string()))
-            })
-            .collect()
-    });
+    let outcomes = at_once(jobs.iter().map(|&(file, as_cuda, includes, out_dir)| {
+        let nvcc = &nvcc;
+        move || nvcc_check(nvcc, file, as_cuda, includes, out_dir)
+    }));
     let mut failed = Vec::new();
     for (&(file, as_cuda, _, _), outcome) in jobs.iter().zip(outcomes) {
         if !outcome? {
@@ -303,6 +292,18 @@ fn compile_cuda_kernels(root: &Path) -> Result<Option<PathBuf>> {
     } else {
         Err(format!("kernels/cuda: {} failed: {}", failed.len(), failed.join(", ")))
     }
+}
+
+/// Runs every task on a thread of its own and returns their outcomes in
+/// order; a task that panics counts as one that failed.
+fn at_once<T: Send>(tasks: impl Iterator<Item = impl FnOnce() -> Result<T> + Send>) -> Vec<Result<T>> {
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = tasks.map(|task| scope.spawn(task)).collect();
+        threads
+            .into_iter()
+            .map(|thread| thread.join().unwrap_or_else(|_| Err("a compiling thread panicked".to_string())))
+            .collect()
+    })
 }
 
 fn file_name(file: &Path) -> String {
@@ -463,27 +464,18 @@ fn compile_hip_kernels(root: &Path) -> Result<bool> {
         let name = file.file_name().and_then(OsStr::to_str).unwrap_or("kernel").to_string();
         let stem = file.file_stem().and_then(OsStr::to_str).unwrap_or("kernel");
         // Every architecture at once: one clang uses one core.
-        let outcomes: Vec<Result<(bool, String)>> = std::thread::scope(|scope| {
-            let threads: Vec<_> = HIP_ARCHS
-                .iter()
-                .map(|&arch| {
-                    let mut cmd = Command::new(&clang);
-                    cmd.args(toolchain::hip_clang_args(arch, &device_libs))
-                        .args(["-Wall", "-Wextra", "-Werror"])
-                        .arg(format!("-I{}", dir.display()))
-                        .arg(format!("-I{}", root.join("kernels/cuda").display()))
-                        .arg("-c")
-                        .arg(file)
-                        .arg("-o")
-                        .arg(out_dir.join(format!("{stem}.{arch}.hsaco")));
-                    scope.spawn(move || capture(&mut cmd))
-                })
-                .collect();
-            threads
-                .into_iter()
-                .map(|thread| thread.join().unwrap_or_else(|_| Err("a clang thread panicked".to_string())))
-                .collect()
-        });
+        let outcomes = at_once(HIP_ARCHS.iter().map(|&arch| {
+            let mut cmd = Command::new(&clang);
+            cmd.args(toolchain::hip_clang_args(arch, &device_libs))
+                .args(["-Wall", "-Wextra", "-Werror"])
+                .arg(format!("-I{}", dir.display()))
+                .arg(format!("-I{}", root.join("kernels/cuda").display()))
+                .arg("-c")
+                .arg(file)
+                .arg("-o")
+                .arg(out_dir.join(format!("{stem}.{arch}.hsaco")));
+            move || capture(&mut cmd)
+        }));
         let mut problems = Vec::new();
         for (arch, outcome) in HIP_ARCHS.iter().zip(outcomes) {
             let (ok, log) = outcome?;
