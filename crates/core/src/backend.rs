@@ -268,7 +268,8 @@ pub struct DecodeArgs<'a, B> {
     /// as [`MergeArgs`]' LSEs read it (so a decode can be one side of a
     /// merge); `-inf` for a sequence of length 0.
     pub lse: Option<&'a mut B>,
-    /// Defaults to `1 / sqrt(head_dim)`.
+    /// Defaults to `1 / sqrt(head_dim)`. Must be positive, with
+    /// `softmax_scale * log2(e)` a finite `f32` ([`Error::InvalidScale`]).
     pub softmax_scale: Option<f32>,
 }
 
@@ -349,7 +350,10 @@ impl<B: DeviceBuffer> DecodeArgs<'_, B> {
             return Err(Error::WorkspaceTooSmall { needed: needed as usize, actual: self.workspace.len_bytes() });
         }
         let softmax_scale = self.softmax_scale.unwrap_or_else(|| p.shape.default_scale());
-        if !(softmax_scale.is_finite() && softmax_scale > 0.0) {
+        // Every kernel works in base 2 on `softmax_scale * log2(e)`: a scale
+        // whose product overflows would turn every score to +-inf and the
+        // output to NaN, so it is refused like a negative one.
+        if !(softmax_scale > 0.0 && (softmax_scale * std::f32::consts::LOG2_E).is_finite()) {
             return Err(Error::InvalidScale(softmax_scale));
         }
         Ok(CheckedArgs { num_slots: kv / slot_bytes, softmax_scale, index_len })

@@ -70,7 +70,9 @@ pub enum Error {
     #[error("the device reports {num_sms} multiprocessors; need at least 1")]
     InvalidDevice { num_sms: u32 },
 
-    #[error("softmax scale {0} is not a finite positive number")]
+    /// The scale must be positive and small enough that the kernels' base-2
+    /// form of it, `scale * log2(e)`, is a finite `f32` (at most about 2.36e38).
+    #[error("softmax scale {0} is not a positive number whose product with log2(e) is a finite f32")]
     InvalidScale(f32),
 
     #[error("{backend} does not support q={q}, kv={kv}, out={out}: {why}")]

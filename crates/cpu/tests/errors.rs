@@ -212,7 +212,18 @@ fn layout_mismatch_and_bad_scale() {
     assert!(matches!(err, Error::InvalidScale(_)), "{err}");
     let err = buffers.decode(&backend, &plan, Some(-1.0)).unwrap_err();
     assert_eq!(err, Error::InvalidScale(-1.0));
+    // Finite, but its base-2 form (times log2 e = 1.44) is not: refused rather
+    // than run to a NaN output.
+    for scale in [f32::MAX, 2.4e38, f32::INFINITY, 0.0] {
+        let err = buffers.decode(&backend, &plan, Some(scale)).unwrap_err();
+        assert_eq!(err, Error::InvalidScale(scale));
+        assert!(err.to_string().contains(&scale.to_string()), "{err}");
+    }
     assert!(buffers.out == out_before);
+    // The largest scale whose base-2 form is finite is taken.
+    let largest = f32::MAX / std::f32::consts::LOG2_E;
+    let largest = if (largest * std::f32::consts::LOG2_E).is_finite() { largest } else { largest.next_down() };
+    buffers.decode(&backend, &plan, Some(largest)).unwrap();
 }
 
 #[test]
