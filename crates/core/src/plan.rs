@@ -989,14 +989,19 @@ impl fmt::Display for Plan {
             p.shape.num_q_heads,
             p.num_seqs()
         )?;
+        // `kv_bytes` saturates (see `DecodeProblem::kv_bytes`): say so rather
+        // than print u64::MAX as if it were the product.
+        let kv_bytes = match self.kv_bytes {
+            u64::MAX => format!("more than {} B", u64::MAX),
+            bytes => format!("{bytes} B"),
+        };
         writeln!(
             f,
-            "kv          2 * {} tokens * {} kv heads * d {} * {} B = {} B",
+            "kv          2 * {} tokens * {} kv heads * d {} * {} B = {kv_bytes}",
             p.seq_lens.iter().map(|&s| s as u64).sum::<u64>(),
             p.shape.num_kv_heads,
             p.shape.head_dim,
             p.dtypes.kv.size_bytes(),
-            self.kv_bytes
         )?;
         match &self.detail {
             PolicyDetail::Vllm { block_m, block_q, num_q_blocks, vllm_grid, .. } => writeln!(

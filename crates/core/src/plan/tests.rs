@@ -771,3 +771,23 @@ fn an_h100_is_planned_as_an_h200() {
         assert_eq!(floored.grid, plan(&problem, Policy::Auto, &h200()).unwrap().grid);
     }
 }
+
+#[test]
+fn the_kv_line_says_when_its_product_overflows() {
+    let small = plan(&llama3_8b(2, 10), Policy::Auto, &h200()).unwrap();
+    let line = "kv          2 * 20 tokens * 8 kv heads * d 128 * 2 B = 81920 B";
+    assert!(small.to_string().lines().any(|l| l == line), "no line {line:?} in\n{small}");
+    // 65536 KV heads of 65536 sequences of 2^31 - 1 tokens: past u64.
+    let huge = DecodeProblem::new(
+        AttentionShape::new(65536, 65536, 256).unwrap(),
+        DTypes::uniform(DType::Bf16),
+        KvLayout::block_table(16),
+        vec![i32::MAX as u32; 65536],
+    )
+    .unwrap();
+    let planned = plan(&huge, Policy::Auto, &h200()).unwrap();
+    assert_eq!(planned.kv_bytes, u64::MAX);
+    let text = planned.to_string();
+    let kv = text.lines().find(|l| l.starts_with("kv ")).unwrap();
+    assert!(kv.ends_with(&format!("= more than {} B", u64::MAX)), "{kv}");
+}
