@@ -312,8 +312,16 @@ unsafe fn scores_heads<const E: u8, const H: usize, const R: usize>(
 unsafe fn store_lanes<const R: usize>(sums: [__m128; 2], first: usize, dst: *mut f32) {
     let half = sums[first / 4 % 2];
     match R {
-        2 if first.is_multiple_of(4) => _mm_storel_pd(dst as *mut f64, _mm_castps_pd(half)),
-        2 => _mm_storeh_pd(dst as *mut f64, _mm_castps_pd(half)),
+        // One 8-byte store of lanes 0-1 or 2-3 of the half. `dst` is only
+        // as aligned as an f32, and `_mm_storel_pd`/`_mm_storeh_pd` store
+        // through an `f64` place, which must be 8-aligned (Miri, s55): the
+        // pair goes out unaligned, which LLVM still emits as one
+        // `vmovlps`/`vmovhps`.
+        2 => {
+            let pairs = _mm_castps_pd(half);
+            let pair = if first.is_multiple_of(4) { pairs } else { _mm_unpackhi_pd(pairs, pairs) };
+            std::ptr::write_unaligned(dst.cast::<f64>(), _mm_cvtsd_f64(pair));
+        }
         4 => _mm_storeu_ps(dst, half),
         8 => {
             _mm_storeu_ps(dst, sums[0]);
