@@ -10,6 +10,9 @@
 //! * `bench [ARGS]`: `decode-attn bench --grid peers` on the default backend.
 //! * `test-all-gpus`: the conformance sweep (`decode-attn check`) on every
 //!   CUDA and HIP device present, one after another, one row per device.
+//! * `miri`: the CPU backend's SIMD loops (crates/cpu/tests/unsafe_loops.rs)
+//!   under Miri, which checks their `unsafe` code; needs a nightly toolchain
+//!   with the miri component, so CI does not run it.
 //!
 //! Only the standard library, so that `cargo xtask` builds in seconds.
 
@@ -31,7 +34,10 @@ tasks:
   ci            cargo fmt --check, kernels, clippy -D warnings, cargo test --workspace
   bench [ARGS]  decode-attn bench --grid peers on the default backend (ARGS are passed on)
   test-all-gpus the conformance sweep on every CUDA and HIP device present, serially;
-                one row per device; fails on any failure; says so when there is no GPU";
+                one row per device; fails on any failure; says so when there is no GPU
+  miri          the CPU backend's AVX2 and portable loops (crates/cpu/tests/unsafe_loops.rs)
+                under Miri, two tests at a time; needs `rustup toolchain install nightly
+                --component miri`";
 
 /// The nvcc wheels, all from one CUDA release: 13.0 is what the GPU machine's driver runs.
 const NVCC_WHEELS: &[&str] = &[
@@ -56,6 +62,7 @@ fn main() -> ExitCode {
         Some("ci") if args.len() == 1 => ci(),
         Some("bench") => bench(&args[1..]),
         Some("test-all-gpus") if args.len() == 1 => test_all_gpus(),
+        Some("miri") if args.len() == 1 => miri(),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -714,6 +721,68 @@ fn test_all_gpus() -> Result<()> {
         Ok(())
     } else {
         Err(format!("{failures} device(s) failed the conformance sweep"))
+    }
+}
+
+/// The tests of crates/cpu/tests/unsafe_loops.rs, in two halves of about
+/// equal length under Miri, run at once (Miri interprets on one core).
+const MIRI_TESTS: [&[&str]; 2] = [
+    &["every_head_group_size", "portable_loop"],
+    &["head_dims_with_tails_and_four_byte_elements", "layouts_and_splits"],
+];
+
+/// `cargo xtask miri`: see [`MIRI_TESTS`] and the task list.
+fn miri() -> Result<()> {
+    let root = workspace_root();
+    // rustup's `cargo` proxy, which takes `+nightly` (the `CARGO` this runs
+    // under is stable's own binary); the toolchain it was started with is
+    // not passed on.
+    let nightly_cargo = || {
+        let mut cmd = Command::new("cargo");
+        cmd.current_dir(&root).env_remove("RUSTUP_TOOLCHAIN").env_remove("CARGO").arg("+nightly");
+        cmd
+    };
+    let (ok, version) = capture(nightly_cargo().args(["miri", "--version"]))?;
+    if !ok {
+        return Err(format!(
+            "Miri is not installed: `rustup toolchain install nightly --component miri` ({})",
+            version.trim()
+        ));
+    }
+    println!("==> {} on crates/cpu/tests/unsafe_loops.rs", version.trim());
+    // The AVX2 loop needs these features at compile time, where Miri reads
+    // them (it runs no CPUID). Tree Borrows: rayon's crossbeam-epoch, which
+    // every CpuBackend starts, breaks the stricter Stacked Borrows rules,
+    // and it casts integers to pointers and leaks its global epoch state.
+    let rustflags = if cfg!(target_arch = "x86_64") { "-C target-feature=+avx2,+fma,+f16c" } else { "" };
+    let miriflags = "-Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-ignore-leaks";
+    // Built once, before the halves share the target folder.
+    let mut build = nightly_cargo();
+    build.env("RUSTFLAGS", rustflags).env("MIRIFLAGS", miriflags);
+    build.args(["miri", "test", "-q", "-p", "decode-attn-cpu", "--test", "unsafe_loops", "--no-run"]);
+    run(&mut build)?;
+    let started = Instant::now();
+    let outcomes = at_once(MIRI_TESTS.iter().map(|tests| {
+        let mut cmd = nightly_cargo();
+        cmd.env("RUSTFLAGS", rustflags).env("MIRIFLAGS", miriflags);
+        cmd.args(["miri", "test", "-q", "-p", "decode-attn-cpu", "--test", "unsafe_loops", "--", "--exact"]);
+        cmd.args(tests.iter());
+        move || {
+            let (ok, log) = capture(&mut cmd)?;
+            println!("--- {} ({:.0} s)\n{}", tests.join(", "), started.elapsed().as_secs_f64(), log.trim_end());
+            if ok {
+                Ok(())
+            } else {
+                Err(format!("under Miri, {} failed", tests.join(", ")))
+            }
+        }
+    }));
+    let failed: Vec<String> = outcomes.into_iter().filter_map(Result::err).collect();
+    if failed.is_empty() {
+        println!("==> Miri found nothing in {:.0} s", started.elapsed().as_secs_f64());
+        Ok(())
+    } else {
+        Err(failed.join("; "))
     }
 }
 
