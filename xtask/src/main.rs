@@ -751,11 +751,11 @@ fn miri() -> Result<()> {
     }
     println!("==> {} on crates/cpu/tests/unsafe_loops.rs", version.trim());
     // The AVX2 loop needs these features at compile time, where Miri reads
-    // them (it runs no CPUID). Tree Borrows: rayon's crossbeam-epoch, which
-    // every CpuBackend starts, breaks the stricter Stacked Borrows rules,
-    // and it casts integers to pointers and leaks its global epoch state.
+    // them (it runs no CPUID). Stacked Borrows, Miri's default, and strict
+    // provenance: the tests' one-thread backends start no rayon pool, whose
+    // crossbeam-epoch breaks both (and leaks its global state).
     let rustflags = if cfg!(target_arch = "x86_64") { "-C target-feature=+avx2,+fma,+f16c" } else { "" };
-    let miriflags = "-Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-ignore-leaks";
+    let miriflags = "-Zmiri-strict-provenance";
     // Built once, before the halves share the target folder.
     let mut build = nightly_cargo();
     build.env("RUSTFLAGS", rustflags).env("MIRIFLAGS", miriflags);

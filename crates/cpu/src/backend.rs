@@ -54,12 +54,15 @@ enum Pool {
     /// rayon's global pool.
     Global,
     Own(rayon::ThreadPool),
+    /// None: a backend of one thread runs every call on the calling thread
+    /// (`on_pool`), so it starts no worker that would only sit idle.
+    Calling,
 }
 
 impl Pool {
     fn install<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
         match self {
-            Pool::Global => work(),
+            Pool::Global | Pool::Calling => work(),
             Pool::Own(pool) => pool.install(work),
         }
     }
@@ -101,10 +104,14 @@ impl CpuBackend {
     /// while the pool started them).
     pub const MAX_THREADS: usize = 4096;
 
-    /// On a pool of its own with `threads` workers (1 to [`Self::MAX_THREADS`]; 0 means 1).
+    /// On a pool of its own with `threads` workers (1 to [`Self::MAX_THREADS`]; 0 means 1);
+    /// with one, on the calling thread, starting none.
     pub fn with_threads(threads: usize) -> Result<CpuBackend> {
         let threads = threads.max(1);
         Error::check_range("CPU threads", threads as u64, 1, Self::MAX_THREADS as u64)?;
+        if threads == 1 {
+            return Ok(CpuBackend::build(Pool::Calling, 1));
+        }
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| Error::Device {
             backend: BACKEND,
             message: format!("cannot start a pool of {threads} threads: {e}"),

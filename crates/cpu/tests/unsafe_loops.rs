@@ -3,7 +3,7 @@
 //! and 5 and 8 as two passes), a head dim with an 8-element tail, partial
 //! tiles, each element size, both index layouts, splits, the LSE. Natively
 //! they take milliseconds; they are sized for Miri, which runs them in about
-//! 7 minutes on 2 cores (`cargo xtask miri`; its first build of the
+//! 3 minutes on 2 cores (`cargo xtask miri`; its first build of the
 //! dependencies takes about 9 more) and fails on an out-of-bounds,
 //! misaligned or aliased access in the `unsafe` code (s55: it found
 //! `_mm_storel_pd` storing through an `f64` place, which must be 8-aligned,
@@ -49,6 +49,9 @@ fn check(
     }
 }
 
+/// The best loop this CPU (or Miri's target features) has, on the calling
+/// thread: a one-thread backend starts no rayon pool, so Miri checks these
+/// calls under Stacked Borrows, which rayon's crossbeam-epoch would break.
 fn simd() -> CpuBackend {
     CpuBackend::with_threads(1).unwrap()
 }
