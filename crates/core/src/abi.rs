@@ -165,7 +165,7 @@ impl DecodeParams {
             // Clamped into i32: any length (an i32) has fewer tiles than this,
             // so a larger minimum means the same one split.
             min_tiles_per_split: plan.rule.min_tiles_per_split.min(i32::MAX as u32) as i32,
-            scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
+            scale_log2: checked.scale_log2(),
             grid_order: GRID_SEQS_FIRST,
             splits_per_cta: 1,
             // Both below num_splits and the longest length's tiles (the

@@ -282,6 +282,19 @@ pub struct CheckedArgs {
     pub index_len: usize,
 }
 
+/// The softmax scale in the base-2 form every kernel works in: scores are
+/// kept in log2 units, `exp(scale * s) = 2^(scale_log2(scale) * s)`.
+fn scale_log2(softmax_scale: f32) -> f32 {
+    softmax_scale * std::f32::consts::LOG2_E
+}
+
+impl CheckedArgs {
+    /// The scale in the base-2 form every kernel works in; finite, as checked.
+    pub fn scale_log2(&self) -> f32 {
+        scale_log2(self.softmax_scale)
+    }
+}
+
 impl<B: DeviceBuffer> DecodeArgs<'_, B> {
     /// Checks every size the host can see against the plan.
     ///
@@ -353,7 +366,7 @@ impl<B: DeviceBuffer> DecodeArgs<'_, B> {
         // Every kernel works in base 2 on `softmax_scale * log2(e)`: a scale
         // whose product overflows would turn every score to +-inf and the
         // output to NaN, so it is refused like a negative one.
-        if !(softmax_scale > 0.0 && (softmax_scale * std::f32::consts::LOG2_E).is_finite()) {
+        if !(softmax_scale > 0.0 && scale_log2(softmax_scale).is_finite()) {
             return Err(Error::InvalidScale(softmax_scale));
         }
         Ok(CheckedArgs { num_slots: kv / slot_bytes, softmax_scale, index_len })

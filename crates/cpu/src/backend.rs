@@ -370,7 +370,7 @@ impl DecodeAttention for CpuBackend {
                 num_seqs * num_splits,
                 if parallel { threads } else { 1 },
             ),
-            scale_log2: checked.softmax_scale * std::f32::consts::LOG2_E,
+            scale_log2: checked.scale_log2(),
             seq_lens,
             index,
             rule,
