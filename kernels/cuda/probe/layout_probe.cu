@@ -71,6 +71,18 @@
 //   nhd-l8     as nhd-t8 with a load (`ld.global.nc` of 4 bytes) for the
 //              touch, its value used a step later: a prefetch may be
 //              dropped where its translation misses, a load is not.
+//   nhd-hf     nhd-shuf with the grid heads first (num_kv_heads, num_seqs,
+//              num_splits): the CTAs of one (sequence, split), which read
+//              the same blocks (each its head's 256-byte rows of them), are
+//              launched side by side, but drift apart as they stream;
+//   nhd-cl     nhd-hf launched as clusters of num_kv_heads CTAs (one
+//              (sequence, split) a cluster), no barrier: the placement alone;
+//   nhd-lock4/1 nhd-cl, the cluster's CTAs held together by a split-phase
+//              cluster barrier every 4 (1) of a warp's tiles, so that a
+//              block's rows of every head (in NHD the whole block, one
+//              contiguous run) are read at about the same time: whether
+//              DRAM rows opened for one head serve the others, as a dense
+//              or in-order walk's do. Only where num_kv_heads > 1 (s56).
 // The decode grids use the splits `auto` plans on the H200 for the shape.
 // Timing: a CUDA graph of 8 calls cycling over copies of the pool
 // (`pool_copies`), device events, median of 5 replays; %copy against the
@@ -116,6 +128,8 @@ struct Args {
     int overlap;         // 1 (with kernel_stable): the first OVERLAP_ENTRIES are issued in table order before the sort, which orders the rest
     int* check;          // null, or where CTA (0, 0, 0) writes its entries in the order it visits them
     unsigned* sink;
+    int heads_first;     // 1: grid (num_kv_heads, num_seqs, num_splits)
+    int lock_every;      // 0, or a cluster barrier (split phase) every this many of a warp's tiles
 };
 
 constexpr int SORT_MAX = 2048;  // entries a CTA sorts (nhd-ksort, nhd-kb*): 8 KiB after the ring
@@ -158,7 +172,8 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
         begin = total * blockIdx.x / gridDim.x;
         end = total * (blockIdx.x + 1) / gridDim.x;
     } else {
-        const long long pair = (long long)blockIdx.x * a.num_kv_heads + blockIdx.y;
+        const long long pair = a.heads_first ? (long long)blockIdx.y * a.num_kv_heads + blockIdx.x
+                                             : (long long)blockIdx.x * a.num_kv_heads + blockIdx.y;
         const int per_split = (a.tiles_per_seq + a.num_splits - 1) / a.num_splits;
         const int first = blockIdx.z * per_split;
         begin = pair * pair_tiles + first;
@@ -289,13 +304,30 @@ __global__ void __launch_bounds__(128, 2) stream_kv(Args a) {
         for (int i = threadIdx.x; i < n; i += blockDim.x) a.check[i] = i < prefix ? __ldg(row + i) : sorted[i];
     int stage = 0;
     if (!a.overlap) fill_ring();
-    for (long long t = first; t < end; t += WARPS) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
-        __syncwarp();
-        issue(t + (STAGES - 1) * WARPS, stage == 0 ? STAGES - 1 : stage - 1);
-        acc += *reinterpret_cast<const unsigned*>(ring + stage * TILE_BYTES + lane * 4);  // touch the tile
-        stage = stage + 1 == STAGES ? 0 : stage + 1;
+    // lock_every: every CTA of the cluster makes the same number of passes
+    // (its split's length in warp steps, equal within a cluster), so that
+    // every thread meets every barrier.
+    const long long passes = a.lock_every ? (n + WARPS - 1) / WARPS : (end - first + WARPS - 1) / WARPS;
+    bool arrived = false;
+    for (long long k = 0; k < passes; ++k) {
+        const long long t = first + k * WARPS;
+        if (a.lock_every && k % a.lock_every == 0 && arrived) {
+            asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+            arrived = false;
+        }
+        if (t < end) {
+            asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
+            __syncwarp();
+            issue(t + (STAGES - 1) * WARPS, stage == 0 ? STAGES - 1 : stage - 1);
+            acc += *reinterpret_cast<const unsigned*>(ring + stage * TILE_BYTES + lane * 4);  // touch the tile
+            stage = stage + 1 == STAGES ? 0 : stage + 1;
+        }
+        if (a.lock_every && k % a.lock_every == 0) {
+            asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+            arrived = true;
+        }
     }
+    if (arrived) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     acc ^= pending;
     if (acc == 0x12345678u) a.sink[0] = acc;  // keeps the touch
@@ -305,8 +337,8 @@ struct Shape {
     const char* name;
     int num_seqs, num_kv_heads, seq_len, num_splits;
 };
-enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, NHD_T8, NHD_T16, NHD_L8, NHD_SORT, NHD_RUN4, NHD_RUN16, NHD_WSORT, NHD_KSORT, NHD_B16, NHD_B64, NHD_B256, NHD_KB64, NHD_KB256, NHD_KBS256, NHD_KBS256O, LAYOUTS };
-static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local", "nhd-t8", "nhd-t16", "nhd-l8", "nhd-sort", "nhd-run4", "nhd-run16", "nhd-wsort", "nhd-ksort", "nhd-b16", "nhd-b64", "nhd-b256", "nhd-kb64", "nhd-kb256", "nhd-kbs256", "nhd-kbs256o"};
+enum Layout { NHD_SHUF = 0, NHD_ORDER, HND_SHUF, DENSE, STREAM_K, STREAM_K1, NHD_PF2, NHD_PF4, NHD_LOCAL, NHD_T8, NHD_T16, NHD_L8, NHD_SORT, NHD_RUN4, NHD_RUN16, NHD_WSORT, NHD_KSORT, NHD_B16, NHD_B64, NHD_B256, NHD_KB64, NHD_KB256, NHD_KBS256, NHD_KBS256O, NHD_HF, NHD_CL, NHD_LOCK4, NHD_LOCK1, LAYOUTS };
+static const char* layout_name[] = {"nhd-shuf", "nhd-order", "hnd-shuf", "dense", "stream-k", "stream-k1", "nhd-pf2", "nhd-pf4", "nhd-local", "nhd-t8", "nhd-t16", "nhd-l8", "nhd-sort", "nhd-run4", "nhd-run16", "nhd-wsort", "nhd-ksort", "nhd-b16", "nhd-b64", "nhd-b256", "nhd-kb64", "nhd-kb256", "nhd-kbs256", "nhd-kbs256o", "nhd-hf", "nhd-cl", "nhd-lock4", "nhd-lock1"};
 
 int main(int argc, char** argv) {
     // ./layout [rounds [layouts]]: layouts a bit mask of the Layout enum (default all).
@@ -431,6 +463,10 @@ int main(int argc, char** argv) {
                 Where w{};
                 switch (layout) {
                     case NHD_SHUF:
+                    case NHD_HF:
+                    case NHD_CL:
+                    case NHD_LOCK4:
+                    case NHD_LOCK1:
                     case NHD_PF2:
                     case NHD_PF4:
                     case NHD_T8:
@@ -455,9 +491,32 @@ int main(int argc, char** argv) {
                     case HND_SHUF: w = {shuffled_d, 0, block_all, TILE * head_row, head_row}; break;
                     case DENSE: w = {dense_d, 1, TILE * head_row, 0, head_row}; break;
                 }
+                const int heads_first = layout == NHD_HF || layout == NHD_CL || layout == NHD_LOCK4 || layout == NHD_LOCK1;
+                const int cluster = layout == NHD_CL || layout == NHD_LOCK4 || layout == NHD_LOCK1 ? sh.num_kv_heads : 0;
+                const int lock_every = layout == NHD_LOCK4 ? 4 : layout == NHD_LOCK1 ? 1 : 0;
+                if (heads_first && sh.num_kv_heads == 1) continue;  // nhd-shuf itself
+                if (cluster && round == 0) {
+                    cudaLaunchConfig_t cfg = {};
+                    cfg.gridDim = dim3(sh.num_kv_heads, sh.num_seqs, sh.num_splits);
+                    cfg.blockDim = dim3(128);
+                    cfg.dynamicSmemBytes = RING_BYTES;
+                    cudaLaunchAttribute attr[1];
+                    attr[0].id = cudaLaunchAttributeClusterDimension;
+                    attr[0].val.clusterDim.x = cluster;
+                    attr[0].val.clusterDim.y = 1;
+                    attr[0].val.clusterDim.z = 1;
+                    cfg.attrs = attr;
+                    cfg.numAttrs = 1;
+                    int clusters = 0;
+                    PROBE_CHECK(cudaOccupancyMaxActiveClusters(&clusters, stream_kv, &cfg));
+                    printf("# %s %s: clusters of %d CTAs, %d resident at once, %d in the grid\n", sh.name,
+                           layout_name[layout], cluster, clusters, sh.num_seqs * sh.num_splits);
+                }
                 const int stream_k = layout == STREAM_K || layout == STREAM_K1;
                 const int stream_ctas = (layout == STREAM_K ? 2 : 1) * sms;
-                const dim3 grid = stream_k ? dim3(stream_ctas) : dim3(sh.num_seqs, sh.num_kv_heads, sh.num_splits);
+                const dim3 grid = stream_k      ? dim3(stream_ctas)
+                                  : heads_first ? dim3(sh.num_kv_heads, sh.num_seqs, sh.num_splits)
+                                                : dim3(sh.num_seqs, sh.num_kv_heads, sh.num_splits);
                 const int calls = 8;
                 const int kernel_sort = layout == NHD_KSORT;
                 const int extra = kernel_sort      ? 4 * SORT_MAX
@@ -493,7 +552,25 @@ int main(int argc, char** argv) {
                     Args a{k,        k + side_bytes, w,           sh.num_seqs, sh.num_kv_heads, (int)tiles, sh.num_splits,
                            stream_k, prefetch_steps, touch_steps, layout == NHD_L8, kernel_sort, kernel_buckets,
                            bucket_shift, kernel_stable, overlap, nullptr, sink};
-                    stream_kv<<<grid, 128, RING_BYTES + extra, st>>>(a);
+                    a.heads_first = heads_first;
+                    a.lock_every = lock_every;
+                    if (!cluster) {
+                        stream_kv<<<grid, 128, RING_BYTES + extra, st>>>(a);
+                        return;
+                    }
+                    cudaLaunchConfig_t cfg = {};
+                    cfg.gridDim = grid;
+                    cfg.blockDim = dim3(128);
+                    cfg.dynamicSmemBytes = RING_BYTES + extra;
+                    cfg.stream = st;
+                    cudaLaunchAttribute attr[1];
+                    attr[0].id = cudaLaunchAttributeClusterDimension;
+                    attr[0].val.clusterDim.x = cluster;
+                    attr[0].val.clusterDim.y = 1;
+                    attr[0].val.clusterDim.z = 1;
+                    cfg.attrs = attr;
+                    cfg.numAttrs = 1;
+                    PROBE_CHECK(cudaLaunchKernelEx(&cfg, stream_kv, a));
                 });
                 us[layout].push_back(t);
             }
