@@ -755,18 +755,18 @@ fn miri() -> Result<()> {
     // provenance: the tests' one-thread backends start no rayon pool, whose
     // crossbeam-epoch breaks both (and leaks its global state).
     let rustflags = if cfg!(target_arch = "x86_64") { "-C target-feature=+avx2,+fma,+f16c" } else { "" };
-    let miriflags = "-Zmiri-strict-provenance";
+    let miri_test = || {
+        let mut cmd = nightly_cargo();
+        cmd.env("RUSTFLAGS", rustflags).env("MIRIFLAGS", "-Zmiri-strict-provenance");
+        cmd.args(["miri", "test", "-q", "-p", "decode-attn-cpu", "--test", "unsafe_loops"]);
+        cmd
+    };
     // Built once, before the halves share the target folder.
-    let mut build = nightly_cargo();
-    build.env("RUSTFLAGS", rustflags).env("MIRIFLAGS", miriflags);
-    build.args(["miri", "test", "-q", "-p", "decode-attn-cpu", "--test", "unsafe_loops", "--no-run"]);
-    run(&mut build)?;
+    run(miri_test().arg("--no-run"))?;
     let started = Instant::now();
     let outcomes = at_once(MIRI_TESTS.iter().map(|tests| {
-        let mut cmd = nightly_cargo();
-        cmd.env("RUSTFLAGS", rustflags).env("MIRIFLAGS", miriflags);
-        cmd.args(["miri", "test", "-q", "-p", "decode-attn-cpu", "--test", "unsafe_loops", "--", "--exact"]);
-        cmd.args(tests.iter());
+        let mut cmd = miri_test();
+        cmd.args(["--", "--exact"]).args(tests.iter());
         move || {
             let (ok, log) = capture(&mut cmd)?;
             println!("--- {} ({:.0} s)\n{}", tests.join(", "), started.elapsed().as_secs_f64(), log.trim_end());
