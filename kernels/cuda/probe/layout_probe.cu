@@ -83,6 +83,11 @@
 //              contiguous run) are read at about the same time: whether
 //              DRAM rows opened for one head serve the others, as a dense
 //              or in-order walk's do. Only where num_kv_heads > 1 (s56).
+//              (H100, s56: heads first 0.1-0.6% faster than nhd-shuf on the
+//              8B shapes, but not in the kernel itself; held together
+//              4.8-7.6% slower where every cluster is resident, and 30
+//              clusters of 8 fit against a one-wave grid's 32: PERFORMANCE.md,
+//              History s56.)
 // The decode grids use the splits `auto` plans on the H200 for the shape.
 // Timing: a CUDA graph of 8 calls cycling over copies of the pool
 // (`pool_copies`), device events, median of 5 replays; %copy against the
