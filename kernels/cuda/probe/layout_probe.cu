@@ -500,23 +500,6 @@ int main(int argc, char** argv) {
                 const int cluster = layout == NHD_CL || layout == NHD_LOCK4 || layout == NHD_LOCK1 ? sh.num_kv_heads : 0;
                 const int lock_every = layout == NHD_LOCK4 ? 4 : layout == NHD_LOCK1 ? 1 : 0;
                 if (heads_first && sh.num_kv_heads == 1) continue;  // nhd-shuf itself
-                if (cluster && round == 0) {
-                    cudaLaunchConfig_t cfg = {};
-                    cfg.gridDim = dim3(sh.num_kv_heads, sh.num_seqs, sh.num_splits);
-                    cfg.blockDim = dim3(128);
-                    cfg.dynamicSmemBytes = RING_BYTES;
-                    cudaLaunchAttribute attr[1];
-                    attr[0].id = cudaLaunchAttributeClusterDimension;
-                    attr[0].val.clusterDim.x = cluster;
-                    attr[0].val.clusterDim.y = 1;
-                    attr[0].val.clusterDim.z = 1;
-                    cfg.attrs = attr;
-                    cfg.numAttrs = 1;
-                    int clusters = 0;
-                    PROBE_CHECK(cudaOccupancyMaxActiveClusters(&clusters, stream_kv, &cfg));
-                    printf("# %s %s: clusters of %d CTAs, %d resident at once, %d in the grid\n", sh.name,
-                           layout_name[layout], cluster, clusters, sh.num_seqs * sh.num_splits);
-                }
                 const int stream_k = layout == STREAM_K || layout == STREAM_K1;
                 const int stream_ctas = (layout == STREAM_K ? 2 : 1) * sms;
                 const dim3 grid = stream_k      ? dim3(stream_ctas)
@@ -528,6 +511,26 @@ int main(int argc, char** argv) {
                                   : kernel_buckets ? 4 * (SORT_MAX + WARPS * MAX_BUCKETS)
                                                    : 0;
                 const int bucket_shift = kernel_buckets ? shift_for(kernel_buckets) : 0;
+                // The cluster modes' launch: one configuration for the
+                // occupancy query and every launch of the graph.
+                cudaLaunchAttribute cluster_attr[1];
+                cluster_attr[0].id = cudaLaunchAttributeClusterDimension;
+                cluster_attr[0].val.clusterDim.x = cluster;
+                cluster_attr[0].val.clusterDim.y = 1;
+                cluster_attr[0].val.clusterDim.z = 1;
+                cudaLaunchConfig_t cluster_cfg = {};
+                cluster_cfg.gridDim = grid;
+                cluster_cfg.blockDim = dim3(128);
+                cluster_cfg.dynamicSmemBytes = RING_BYTES + extra;
+                cluster_cfg.stream = st;
+                cluster_cfg.attrs = cluster_attr;
+                cluster_cfg.numAttrs = 1;
+                if (cluster && round == 0) {
+                    int clusters = 0;
+                    PROBE_CHECK(cudaOccupancyMaxActiveClusters(&clusters, stream_kv, &cluster_cfg));
+                    printf("# %s %s: clusters of %d CTAs, %d resident at once, %d in the grid\n", sh.name,
+                           layout_name[layout], cluster, clusters, sh.num_seqs * sh.num_splits);
+                }
                 if (round == 0 && (kernel_sort || kernel_buckets)) {
                     // The first CTA's order, against its split's entries (sequence 0, split 0).
                     const int n = (int)std::min<long long>(tiles, per_split);
@@ -559,23 +562,10 @@ int main(int argc, char** argv) {
                            bucket_shift, kernel_stable, overlap, nullptr, sink};
                     a.heads_first = heads_first;
                     a.lock_every = lock_every;
-                    if (!cluster) {
+                    if (cluster)
+                        PROBE_CHECK(cudaLaunchKernelEx(&cluster_cfg, stream_kv, a));
+                    else
                         stream_kv<<<grid, 128, RING_BYTES + extra, st>>>(a);
-                        return;
-                    }
-                    cudaLaunchConfig_t cfg = {};
-                    cfg.gridDim = grid;
-                    cfg.blockDim = dim3(128);
-                    cfg.dynamicSmemBytes = RING_BYTES + extra;
-                    cfg.stream = st;
-                    cudaLaunchAttribute attr[1];
-                    attr[0].id = cudaLaunchAttributeClusterDimension;
-                    attr[0].val.clusterDim.x = cluster;
-                    attr[0].val.clusterDim.y = 1;
-                    attr[0].val.clusterDim.z = 1;
-                    cfg.attrs = attr;
-                    cfg.numAttrs = 1;
-                    PROBE_CHECK(cudaLaunchKernelEx(&cfg, stream_kv, a));
                 });
                 us[layout].push_back(t);
             }
